@@ -1,0 +1,252 @@
+"""The one error hierarchy of raystream.
+
+Every error raystream raises derives from :class:`RaystreamError`. Each class carries
+Kafka's numeric error code (so operators recognise it) and two flags a client acts on:
+``retriable`` (the same request may succeed later) and ``invalid_metadata`` (refresh the
+cached leaders before retrying). Actors never raise across the actor boundary: they
+answer with a code and a message, and :func:`error_for_code` turns that back into the
+exception here.
+
+::
+
+    RaystreamError
+    ├── CorruptRecordError                  (2, storage: checksum mismatch)
+    ├── OffsetOutOfRangeError               (1)
+    ├── UnknownTopicOrPartitionError        (3, retriable, invalid metadata)
+    ├── LeaderNotAvailableError             (5, retriable, invalid metadata)
+    ├── NotLeaderError                      (6, retriable, invalid metadata)
+    ├── RaystreamTimeoutError               (7, retriable)
+    ├── BrokerNotAvailableError             (8, retriable, invalid metadata: actor died)
+    ├── RecordTooLargeError                 (10)
+    ├── InvalidTopicError                   (17)
+    ├── NotEnoughReplicasError              (19, retriable)
+    ├── IllegalGenerationError / CommitFailedError (22)
+    ├── RebalanceInProgressError            (27, retriable)
+    ├── AuthorizationError                  (29)
+    ├── UnsupportedError                    (35: not supported yet)
+    ├── TopicAlreadyExistsError             (36)
+    ├── InvalidPartitionsError              (37)
+    ├── InvalidReplicationFactorError       (38)
+    ├── InvalidConfigError                  (40)
+    ├── InvalidRequestError                 (42: a bad argument)
+    ├── OutOfOrderSequenceError             (45)
+    ├── InvalidTxnStateError                (48)
+    ├── InvalidRecordError                  (87: does not fit the topic's schema)
+    ├── ProducerFencedError                 (90)
+    └── IllegalStateError                   (-1: client used out of order, e.g. after close)
+"""
+
+from __future__ import annotations
+
+
+class RaystreamError(Exception):
+    """Base of every raystream error.
+
+    Attributes:
+        code: Kafka's error code for this condition (-1 when Kafka has none).
+        retriable: the same request may succeed if sent again later.
+        invalid_metadata: cached metadata (leaders, partitions) should be refreshed first.
+    """
+
+    code: int = -1
+    retriable: bool = False
+    invalid_metadata: bool = False
+
+
+class OffsetOutOfRangeError(RaystreamError):
+    """A fetch or seek asked for an offset outside [log_start_offset, log_end_offset]."""
+
+    code = 1
+
+
+class CorruptRecordError(RaystreamError):
+    """A stored batch failed its CRC32C check or is malformed; it is never served."""
+
+    code = 2
+
+
+class UnknownTopicOrPartitionError(RaystreamError):
+    """The topic or partition does not exist (or not yet on this replica)."""
+
+    code = 3
+    retriable = True
+    invalid_metadata = True
+
+
+class LeaderNotAvailableError(RaystreamError):
+    """The partition has no live leader right now (election in progress or offline)."""
+
+    code = 5
+    retriable = True
+    invalid_metadata = True
+
+
+class NotLeaderError(RaystreamError):
+    """The replica asked is not the partition's leader (any more)."""
+
+    code = 6
+    retriable = True
+    invalid_metadata = True
+
+
+class RaystreamTimeoutError(RaystreamError):
+    """An operation did not complete within its timeout."""
+
+    code = 7
+    retriable = True
+
+
+class BrokerNotAvailableError(RaystreamError):
+    """The actor serving the request died or cannot be reached."""
+
+    code = 8
+    retriable = True
+    invalid_metadata = True
+
+
+class RecordTooLargeError(RaystreamError):
+    """A record or batch exceeds ``max.message.bytes`` / ``max_request_size``."""
+
+    code = 10
+
+
+class InvalidTopicError(RaystreamError):
+    """A topic name breaks Kafka's naming rules."""
+
+    code = 17
+
+
+class NotEnoughReplicasError(RaystreamError):
+    """acks=all was asked while the ISR is smaller than ``min.insync.replicas``."""
+
+    code = 19
+    retriable = True
+
+
+class IllegalGenerationError(RaystreamError):
+    """A group request came from a generation the coordinator no longer knows."""
+
+    code = 22
+
+
+class CommitFailedError(IllegalGenerationError):
+    """An offset commit was refused: the member's generation is stale (rebalanced)."""
+
+
+class RebalanceInProgressError(RaystreamError):
+    """The group is rebalancing; rejoin and retry."""
+
+    code = 27
+    retriable = True
+
+
+class AuthorizationError(RaystreamError):
+    """The caller is not allowed to do this."""
+
+    code = 29
+
+
+class UnsupportedError(RaystreamError):
+    """The feature asked for is not supported (yet) by this raystream."""
+
+    code = 35
+
+
+class TopicAlreadyExistsError(RaystreamError):
+    """create_topic was asked for a name that already exists."""
+
+    code = 36
+
+
+class InvalidPartitionsError(RaystreamError):
+    """A partition count is invalid (< 1, or not larger when increasing)."""
+
+    code = 37
+
+
+class InvalidReplicationFactorError(RaystreamError):
+    """A replication factor is invalid (< 1)."""
+
+    code = 38
+
+
+class InvalidConfigError(RaystreamError):
+    """A configuration key is unknown or its value is invalid."""
+
+    code = 40
+
+
+class InvalidRequestError(RaystreamError):
+    """A request argument is invalid (wrong type, negative offset, bad acks, ...)."""
+
+    code = 42
+
+
+class OutOfOrderSequenceError(RaystreamError):
+    """An idempotent producer's sequence number left a gap."""
+
+    code = 45
+
+
+class InvalidTxnStateError(RaystreamError):
+    """A transactional call was made in a state that does not allow it."""
+
+    code = 48
+
+
+class InvalidRecordError(RaystreamError):
+    """A record does not fit the topic (schema, type, or a key a compacted topic needs)."""
+
+    code = 87
+
+
+class ProducerFencedError(RaystreamError):
+    """A newer producer with the same transactional id has fenced this one."""
+
+    code = 90
+
+
+class IllegalStateError(RaystreamError):
+    """A client was used in a state that does not allow the call (e.g. after close)."""
+
+    code = -1
+
+
+_BY_CODE: dict[int, type[RaystreamError]] = {
+    cls.code: cls
+    for cls in (
+        OffsetOutOfRangeError,
+        CorruptRecordError,
+        UnknownTopicOrPartitionError,
+        LeaderNotAvailableError,
+        NotLeaderError,
+        RaystreamTimeoutError,
+        BrokerNotAvailableError,
+        RecordTooLargeError,
+        InvalidTopicError,
+        NotEnoughReplicasError,
+        IllegalGenerationError,
+        RebalanceInProgressError,
+        AuthorizationError,
+        UnsupportedError,
+        TopicAlreadyExistsError,
+        InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        InvalidConfigError,
+        InvalidRequestError,
+        OutOfOrderSequenceError,
+        InvalidTxnStateError,
+        InvalidRecordError,
+        ProducerFencedError,
+    )
+}
+
+
+def error_for_code(code: int, message: str) -> RaystreamError:
+    """Build the exception for an error code carried in an actor's response."""
+    return _BY_CODE.get(code, RaystreamError)(message)
+
+
+def code_of(error: BaseException) -> int:
+    """The code to put in a response for ``error`` (-1 for anything unexpected)."""
+    return error.code if isinstance(error, RaystreamError) else -1

@@ -1,0 +1,288 @@
+"""The on-disk batch format: a fixed header followed by one Arrow IPC stream.
+
+A stored batch is::
+
+    offset  size  field
+    0       8     base_offset            (assigned by the leader; outside the CRC)
+    8       4     size                   (bytes of the whole batch, header included)
+    12      4     partition_leader_epoch (assigned by the leader; outside the CRC)
+    16      1     magic                  (format version, 1)
+    17      4     crc                    (CRC32C of bytes 21..size)
+    21      2     attributes             (codec bits 0-2, timestamp type bit 3,
+                                          transactional bit 4, control bit 5,
+                                          explicit offsets bit 7)
+    23      4     last_offset_delta
+    27      8     base_timestamp
+    35      8     max_timestamp
+    43      8     producer_id
+    51      2     producer_epoch
+    53      4     base_sequence
+    57      4     record_count
+    61      3     (padding: keeps the payload 8-byte aligned for zero-copy reads)
+    64      ...   payload: an Arrow IPC stream (schema, one record batch, end marker)
+
+The field order and the CRC's coverage follow Kafka's RecordBatch v2, so the leader can
+stamp ``base_offset`` and ``partition_leader_epoch`` without recomputing the checksum.
+The payload is a standard Arrow IPC stream, readable by any Arrow tool; per-batch body
+compression (lz4, zstd) is Arrow's own. A compacted batch keeps its base offset and
+``last_offset_delta`` but holds fewer rows; it carries the surviving rows' offsets in
+an extra ``__offset`` column and sets the explicit-offsets attribute.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from raystream.errors import CorruptRecordError
+
+HEADER = struct.Struct("<qiiBIhiqqqhii3x")
+HEADER_SIZE = HEADER.size
+CRC_START = 21
+MAGIC = 1
+_CRC_FIELD = struct.Struct("<I")
+_STAMP = struct.Struct("<q")
+_EPOCH = struct.Struct("<i")
+
+CODECS = {None: 0, "none": 0, "uncompressed": 0, "lz4": 3, "zstd": 4}
+_CODEC_NAMES = {0: None, 3: "lz4", 4: "zstd"}
+ATTR_CODEC_MASK = 0x07
+ATTR_LOG_APPEND_TIME = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+ATTR_EXPLICIT_OFFSETS = 0x80
+
+OFFSET_COLUMN = "offset"
+"""Column every read adds: the record's offset in the partition."""
+EXPLICIT_OFFSET_COLUMN = "__offset"
+"""Column a compacted batch stores its surviving rows' offsets in."""
+
+assert HEADER_SIZE == 64
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The metadata of one stored batch; ``last_offset`` and ``next_offset`` are derived."""
+
+    base_offset: int
+    size: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        """The offset of the batch's last record (kept by compaction)."""
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """The offset right after this batch."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> str | None:
+        """The Arrow codec of the payload, or None."""
+        return _CODEC_NAMES.get(self.attributes & ATTR_CODEC_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        """Whether the batch belongs to a transaction."""
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        """Whether the batch is a transaction marker rather than data."""
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def has_explicit_offsets(self) -> bool:
+        """Whether the payload carries its rows' offsets (a compacted batch)."""
+        return bool(self.attributes & ATTR_EXPLICIT_OFFSETS)
+
+
+def parse_header(buffer: object, position: int, limit: int, where: str) -> BatchHeader:
+    """Parse and sanity-check the header at ``position`` of a segment's bytes.
+
+    Raises:
+        CorruptRecordError: the header is truncated, has a foreign magic, or a size that
+            does not fit before ``limit``; ``where`` names the segment in the message.
+    """
+    if position + HEADER_SIZE > limit:
+        raise CorruptRecordError(f"{where} position {position}: truncated batch header")
+    header = BatchHeader(*HEADER.unpack_from(buffer, position))
+    if header.magic != MAGIC:
+        raise CorruptRecordError(f"{where} position {position}: unknown batch magic {header.magic}")
+    if header.size < HEADER_SIZE or position + header.size > limit:
+        raise CorruptRecordError(
+            f"{where} position {position}: batch size {header.size} runs past the segment end"
+        )
+    if header.record_count < 0 or header.last_offset_delta < 0:
+        raise CorruptRecordError(f"{where} position {position}: negative record count")
+    return header
+
+
+def verify_crc(buffer: object, position: int, header: BatchHeader, where: str) -> None:
+    """Check the batch's CRC32C; a mismatch is never served as data.
+
+    Raises:
+        CorruptRecordError: naming the segment, the position and both checksums.
+    """
+    view = memoryview(buffer)[position + CRC_START : position + header.size]
+    actual = crc32c.crc32c(view)
+    if actual != header.crc:
+        raise CorruptRecordError(
+            f"{where} position {position}: CRC32C mismatch "
+            f"(stored {header.crc:#010x}, computed {actual:#010x})"
+        )
+
+
+def encode_payload(batch: pa.RecordBatch, compression: str | None) -> pa.Buffer:
+    """Serialize one record batch as a self-contained Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def encode_header(
+    *,
+    base_offset: int,
+    payload: pa.Buffer,
+    partition_leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> bytes:
+    """Build the header for ``payload``, with its CRC32C filled in."""
+    header = bytearray(
+        HEADER.pack(
+            base_offset,
+            HEADER_SIZE + payload.size,
+            partition_leader_epoch,
+            MAGIC,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+    )
+    crc = crc32c.crc32c(memoryview(header)[CRC_START:])
+    crc = crc32c.crc32c(payload, value=crc)
+    _CRC_FIELD.pack_into(header, 17, crc)
+    return bytes(header)
+
+
+def stamp(header: bytes, base_offset: int, partition_leader_epoch: int) -> bytes:
+    """Rewrite the two fields outside the CRC: what a leader assigns on append."""
+    stamped = bytearray(header)
+    _STAMP.pack_into(stamped, 0, base_offset)
+    _EPOCH.pack_into(stamped, 12, partition_leader_epoch)
+    return bytes(stamped)
+
+
+class PayloadDecoder:
+    """Decodes payloads into record batches, parsing each distinct schema once.
+
+    Batches of one topic share a schema, so caching the parsed schema by its bytes makes
+    decoding a batch one zero-copy ``read_record_batch`` call.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._schemas: dict[bytes, pa.Schema] = {}
+        self._capacity = capacity
+
+    def decode(self, payload: pa.Buffer) -> pa.RecordBatch:
+        """The record batch in ``payload`` (zero-copy: it references ``payload``)."""
+        (metadata_size,) = _EPOCH.unpack_from(payload, 4)
+        schema_end = 8 + metadata_size
+        key = payload[:schema_end].to_pybytes()
+        schema = self._schemas.get(key)
+        if schema is None:
+            schema = pa.ipc.read_schema(pa.py_buffer(key))
+            if len(self._schemas) >= self._capacity:
+                self._schemas.clear()
+            self._schemas[key] = schema
+        return pa.ipc.read_record_batch(payload[schema_end:], schema)
+
+
+def batch_offsets(header: BatchHeader, batch: pa.RecordBatch) -> np.ndarray:
+    """The offsets of the rows of a decoded batch (int64)."""
+    if header.has_explicit_offsets:
+        column = batch.column(batch.schema.get_field_index(EXPLICIT_OFFSET_COLUMN))
+        return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return np.arange(header.base_offset, header.base_offset + batch.num_rows, dtype=np.int64)
+
+
+def user_columns(header: BatchHeader, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch without the storage-internal offsets column."""
+    if header.has_explicit_offsets:
+        return batch.drop_columns([EXPLICIT_OFFSET_COLUMN])
+    return batch
+
+
+def rewrite_batch(
+    header: BatchHeader,
+    batch: pa.RecordBatch,
+    offsets: np.ndarray,
+    keep: np.ndarray,
+    last_offset_delta: int,
+) -> tuple[bytes, pa.Buffer]:
+    """Re-encode the kept rows of a stored batch, preserving its metadata and offsets.
+
+    Used by compaction (which keeps ``last_offset_delta``, so the batch still ends
+    where it did) and by truncation inside a batch (which shortens it). When the kept
+    rows are no longer consecutive from the base offset, their offsets are stored in
+    the explicit offsets column.
+
+    Args:
+        header: the original batch's header.
+        batch: the decoded original batch, storage columns included.
+        offsets: the offsets of ``batch``'s rows.
+        keep: boolean mask of rows to keep (at least one True).
+        last_offset_delta: the new batch's last offset minus its base offset.
+    """
+    data = user_columns(header, batch).filter(pa.array(keep))
+    kept = offsets[keep]
+    attributes = header.attributes & ~ATTR_EXPLICIT_OFFSETS
+    if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
+        data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
+        attributes |= ATTR_EXPLICIT_OFFSETS
+    payload = encode_payload(data, header.compression)
+    encoded = encode_header(
+        base_offset=header.base_offset,
+        payload=payload,
+        partition_leader_epoch=header.partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=header.base_timestamp,
+        max_timestamp=header.max_timestamp,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        record_count=len(kept),
+    )
+    return encoded, payload

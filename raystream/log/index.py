@@ -1,0 +1,234 @@
+"""Sparse per-segment indexes: offset -> file position, and timestamp -> offset.
+
+Both keep their entries in memory as compact arrays (looked up by binary search, so a
+read at any offset is O(log n)) and append them to a file, which is fsynced with the
+segment. An index file is only an accelerator: it can always be rebuilt from the
+segment, which is what recovery does when one is missing or stale.
+
+Entry formats (little-endian, as Kafka's):
+    offset index: relative offset int32, position int32
+    time index:   timestamp int64, relative offset int32
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import struct
+from array import array
+
+import numpy as np
+
+_OFFSET_ENTRY = np.dtype([("relative_offset", "<i4"), ("position", "<i4")])
+_TIME_ENTRY = np.dtype([("timestamp", "<i8"), ("relative_offset", "<i4")])
+_PACK_OFFSET = struct.Struct("<ii").pack
+_PACK_TIME = struct.Struct("<qi").pack
+
+
+class _IndexFile:
+    """An append-only file of fixed-size entries with pending writes."""
+
+    def __init__(self, path: str, dtype: np.dtype) -> None:
+        self.path = path
+        self._dtype = dtype
+        self._pending = bytearray()
+        self._file = None
+
+    def load(self) -> np.ndarray | None:
+        """The entries on disk, or None when the file is missing."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        whole = len(data) - len(data) % self._dtype.itemsize
+        return np.frombuffer(data[:whole], dtype=self._dtype)
+
+    def add(self, entry: bytes) -> None:
+        self._pending += entry
+
+    def flush(self, fsync: bool) -> None:
+        """Write pending entries; with ``fsync`` make them durable."""
+        if self._file is None:
+            self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for appends
+        if self._pending:
+            self._file.write(self._pending)
+            self._pending.clear()
+        self._file.flush()
+        if fsync:
+            os.fsync(self._file.fileno())
+
+    def rewrite(self, entries: np.ndarray) -> None:
+        """Replace the file with exactly ``entries`` (after truncation or rebuild)."""
+        self.close()
+        self._pending.clear()
+        with open(self.path, "wb") as f:
+            f.write(entries.tobytes())
+
+    def close(self) -> None:
+        if self._file is not None:
+            if self._pending:
+                self._file.write(self._pending)
+                self._pending.clear()
+            self._file.close()
+            self._file = None
+
+    def delete(self) -> None:
+        self.close()
+        self._pending.clear()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class OffsetIndex:
+    """Maps offsets to file positions for a segment starting at ``base_offset``.
+
+    Invariant: entries are strictly increasing in both offset and position, and each
+    entry points at the first byte of a batch whose base offset is the entry's offset.
+    """
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self._file = _IndexFile(path, _OFFSET_ENTRY)
+        self._offsets = array("q")
+        self._positions = array("q")
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def load(self) -> bool:
+        """Load the entries from disk; False when the file is missing."""
+        entries = self._file.load()
+        if entries is None:
+            return False
+        self._offsets = array("q", (entries["relative_offset"].astype(np.int64) + self.base_offset))
+        self._positions = array("q", entries["position"].astype(np.int64))
+        return True
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry for the batch starting at ``offset`` stored at ``position``."""
+        self._offsets.append(offset)
+        self._positions.append(position)
+        self._file.add(_PACK_OFFSET(offset - self.base_offset, position))
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The last entry at or below ``offset`` as (offset, position); (base, 0) if none."""
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self._offsets[i], self._positions[i]
+
+    def last(self) -> tuple[int, int]:
+        """The last entry, or (base_offset, 0) when empty."""
+        if not self._offsets:
+            return self.base_offset, 0
+        return self._offsets[-1], self._positions[-1]
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries at or after ``position`` (the segment was cut there)."""
+        keep = bisect.bisect_left(self._positions, position)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+        self._rewrite()
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        entries = np.empty(len(self._offsets), dtype=_OFFSET_ENTRY)
+        entries["relative_offset"] = np.asarray(self._offsets, dtype=np.int64) - self.base_offset
+        entries["position"] = np.asarray(self._positions, dtype=np.int64)
+        self._file.rewrite(entries)
+
+    def flush(self, fsync: bool) -> None:
+        self._file.flush(fsync)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def delete(self) -> None:
+        self._file.delete()
+
+
+class TimeIndex:
+    """Maps timestamps to offsets for one segment.
+
+    Each entry ``(t, o)`` means: every batch before offset ``o`` has a max timestamp
+    <= ``t``. Entries are strictly increasing in timestamp and offset, so the search for
+    "first offset with timestamp >= target" can start at the last entry with t < target.
+    """
+
+    def __init__(self, path: str, base_offset: int) -> None:
+        self.base_offset = base_offset
+        self._file = _IndexFile(path, _TIME_ENTRY)
+        self._timestamps = array("q")
+        self._offsets = array("q")
+
+    @property
+    def path(self) -> str:
+        return self._file.path
+
+    def __len__(self) -> int:
+        return len(self._timestamps)
+
+    def load(self) -> bool:
+        """Load the entries from disk; False when the file is missing."""
+        entries = self._file.load()
+        if entries is None:
+            return False
+        self._timestamps = array("q", entries["timestamp"].astype(np.int64))
+        self._offsets = array("q", entries["relative_offset"].astype(np.int64) + self.base_offset)
+        return True
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add ``(timestamp, offset)`` if it extends the index monotonically."""
+        if self._timestamps and (timestamp <= self._timestamps[-1] or offset <= self._offsets[-1]):
+            return
+        self._timestamps.append(timestamp)
+        self._offsets.append(offset)
+        self._file.add(_PACK_TIME(timestamp, offset - self.base_offset))
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset from which to scan for the first record with timestamp >= target."""
+        i = bisect.bisect_left(self._timestamps, timestamp) - 1
+        return self.base_offset if i < 0 else self._offsets[i]
+
+    def last_timestamp(self) -> int:
+        """The newest timestamp indexed, or -1."""
+        return self._timestamps[-1] if self._timestamps else -1
+
+    def truncate_to_offset(self, offset: int) -> None:
+        """Drop entries at or after ``offset``."""
+        keep = bisect.bisect_left(self._offsets, offset)
+        del self._timestamps[keep:]
+        del self._offsets[keep:]
+        self._rewrite()
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self._timestamps = array("q")
+        self._offsets = array("q")
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        entries = np.empty(len(self._timestamps), dtype=_TIME_ENTRY)
+        entries["timestamp"] = np.asarray(self._timestamps, dtype=np.int64)
+        entries["relative_offset"] = np.asarray(self._offsets, dtype=np.int64) - self.base_offset
+        self._file.rewrite(entries)
+
+    def flush(self, fsync: bool) -> None:
+        self._file.flush(fsync)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def delete(self) -> None:
+        self._file.delete()

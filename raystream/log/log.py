@@ -1,0 +1,768 @@
+"""The partition log: an ordered sequence of segments with offsets, durability and cleanup.
+
+A :class:`Log` is one partition replica's data on disk. It appends Arrow record batches
+(assigning each row an offset), reads them back as Arrow tables by offset or time,
+truncates (for followers), enforces retention, compacts, flushes on a policy, and
+recovers after a crash. It has no Ray import: replica actors wrap it.
+
+Thread-safety: every public method takes the log's lock, so a replica's event loop and
+its background retention/compaction thread may share one log. Tables returned by reads
+are zero-copy views of memory-mapped segments and stay valid after the log changes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from raystream.errors import (
+    IllegalStateError,
+    InvalidRecordError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from raystream.log import cleaner
+from raystream.log.batch import (
+    ATTR_CONTROL,
+    ATTR_LOG_APPEND_TIME,
+    ATTR_TRANSACTIONAL,
+    CODECS,
+    EXPLICIT_OFFSET_COLUMN,
+    HEADER,
+    HEADER_SIZE,
+    OFFSET_COLUMN,
+    BatchHeader,
+    PayloadDecoder,
+    batch_offsets,
+    encode_header,
+    encode_payload,
+    rewrite_batch,
+    user_columns,
+)
+from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
+from raystream.log.config import LogConfig
+from raystream.log.epoch import LeaderEpochCache
+from raystream.log.segment import LOG_SUFFIX, LogSegment
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
+"""How often a flush also persists the recovery point. A stale recovery point costs
+only extra checking on the next unclean open, never data: the data itself is fsynced."""
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+TIMESTAMP_COLUMN = "timestamp"
+_LEFTOVER_SUFFIXES = (".tmp", ".cleaned", ".truncating")
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the default clock of a log."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A batch as stored: its header and a zero-copy view of its Arrow IPC payload."""
+
+    header: BatchHeader
+    payload: pa.Buffer
+
+
+class Log:
+    """One partition's durable, ordered log of Arrow record batches.
+
+    Invariants: offsets are consecutive per append and increase across the log;
+    ``log_start_offset <= log_end_offset``; a batch is served only after its CRC32C was
+    checked in this process; the leader-epoch cache never refers past the log end.
+
+    Use :meth:`Log.open`; call :meth:`close` for a clean shutdown (it skips recovery on
+    the next open).
+    """
+
+    def __init__(self, directory: str, config: LogConfig, clock: Callable[[], int]) -> None:
+        self.directory = directory
+        self._config = config
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._decoder = PayloadDecoder()
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._unflushed_messages = 0
+        self._first_unflushed_ms: int | None = None
+        self._directory_dirty = False
+        self._recovery_checkpoint_ms = 0
+        self._closed = False
+        self.leader_epochs = LeaderEpochCache(directory)
+
+    # ------------------------------------------------------------------ open
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> Log:
+        """Open the log in ``directory`` (created if missing), recovering after a crash.
+
+        After an unclean shutdown every segment past the recovery point is checked
+        batch by batch: a torn or corrupt tail is truncated (and later segments, which
+        would follow a hole, are deleted) and its indexes are rebuilt. Missing or stale
+        indexes are rebuilt in any case.
+
+        Args:
+            directory: the partition replica's own directory.
+            config: topic configuration (defaults to Kafka's defaults).
+            clock: milliseconds-since-epoch source, injectable for tests.
+        """
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        log = cls(directory, config or LogConfig(), clock or wall_clock_ms)
+        log._load()
+        return log
+
+    def _load(self) -> None:
+        names = os.listdir(self.directory)
+        for name in names:
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                os.unlink(os.path.join(self.directory, name))
+        marker = os.path.join(self.directory, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        recovery_point = read_int(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
+        log_start = read_int(os.path.join(self.directory, LOG_START_FILE), 0)
+        bases = sorted(
+            int(name[: -len(LOG_SUFFIX)])
+            for name in names
+            if name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)].isdigit()
+        )
+        now = self._clock()
+        recovered = False
+        for i, base in enumerate(bases):
+            segment = LogSegment(self.directory, base, self._config.index_interval_bytes, now)
+            below_recovery_point = i + 1 < len(bases) and bases[i + 1] <= recovery_point
+            truncated = segment.load(trust=clean or below_recovery_point)
+            recovered = recovered or not (clean or below_recovery_point)
+            self._segments.append(segment)
+            if truncated:
+                for later in bases[i + 1 :]:
+                    LogSegment(self.directory, later, 0, now).delete()
+                break
+        if not self._segments:
+            self._segments.append(self._new_segment(max(log_start, 0)))
+        self._bases = [s.base_offset for s in self._segments]
+        # The checkpoint is authoritative: compaction may remove a first segment
+        # without moving the log start, as in Kafka.
+        self._log_start_offset = min(max(log_start, 0), self.log_end_offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self.leader_epochs.truncate_from_start(self._log_start_offset)
+        if recovered:
+            for segment in self._segments:
+                segment.flush(fsync=True)
+        self._recovery_point = self.log_end_offset
+        self._write_recovery_point()
+        if clean:
+            os.unlink(marker)
+            fsync_directory(self.directory)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        self._directory_dirty = True
+        return LogSegment(
+            self.directory, base_offset, self._config.index_interval_bytes, self._clock()
+        )
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def config(self) -> LogConfig:
+        """The topic configuration in force."""
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a read may ask for (advanced by retention)."""
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of all segments."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        """How many segments the log has (the last one is active)."""
+        return len(self._segments)
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are known flushed to disk."""
+        return self._recovery_point
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic configuration (takes effect on the next operation)."""
+        with self._lock:
+            self._config = config
+
+    # ---------------------------------------------------------------- append
+
+    def append(
+        self,
+        batch: pa.RecordBatch | pa.Table,
+        *,
+        partition_leader_epoch: int = -1,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+        is_control: bool = False,
+        max_timestamp: int | None = None,
+        compression: str | None = None,
+    ) -> tuple[int, int]:
+        """Append one batch, giving its rows consecutive offsets.
+
+        The batch may have any schema except the reserved ``offset`` column. A
+        ``timestamp`` column (int64 ms or an Arrow timestamp), when present, gives the
+        batch's time range for the time index and retention; otherwise the append time
+        does. With ``message.timestamp.type=LogAppendTime`` that column is overwritten
+        with the append time.
+
+        Args:
+            batch: the rows to append (a Table is combined into one batch).
+            partition_leader_epoch: the leader epoch that accepted the batch.
+            producer_id, producer_epoch, base_sequence: idempotent producer metadata.
+            is_transactional, is_control: transaction flags.
+            max_timestamp: overrides the batch's max timestamp.
+            compression: "lz4", "zstd" or None, used when the topic's
+                ``compression.type`` is "producer".
+
+        Returns:
+            The first and last offset assigned.
+
+        Raises:
+            InvalidRecordError: empty batch, reserved column, or not Arrow data.
+            RecordTooLargeError: the encoded batch exceeds ``max.message.bytes``.
+        """
+        record_batch = _single_batch(batch)
+        with self._lock:
+            self._check_open()
+            now = self._clock()
+            attributes = (ATTR_TRANSACTIONAL if is_transactional else 0) | (
+                ATTR_CONTROL if is_control else 0
+            )
+            if self._config.message_timestamp_type == "LogAppendTime":
+                record_batch = _with_timestamp(record_batch, now)
+                attributes |= ATTR_LOG_APPEND_TIME
+                base_timestamp = max_timestamp = now
+            else:
+                base_timestamp, batch_max = _timestamp_range(record_batch, now)
+                max_timestamp = batch_max if max_timestamp is None else max_timestamp
+            codec = self._codec(compression)
+            attributes |= CODECS[codec]
+            payload = encode_payload(record_batch, codec)
+            size = HEADER_SIZE + payload.size
+            if size > self._config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {record_batch.num_rows} records is {size} bytes, over the "
+                    f"topic's max.message.bytes={self._config.max_message_bytes}"
+                )
+            count = record_batch.num_rows
+            self._maybe_roll(size, count, max_timestamp)
+            base_offset = self.log_end_offset
+            header = encode_header(
+                base_offset=base_offset,
+                payload=payload,
+                partition_leader_epoch=partition_leader_epoch,
+                attributes=attributes,
+                last_offset_delta=count - 1,
+                base_timestamp=base_timestamp,
+                max_timestamp=max_timestamp,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+                record_count=count,
+            )
+            self._segments[-1].append(header, payload, BatchHeader(*HEADER.unpack(header)))
+            if partition_leader_epoch >= 0:
+                self.leader_epochs.assign(partition_leader_epoch, base_offset)
+            self._after_append(count, now)
+            return base_offset, base_offset + count - 1
+
+    def _codec(self, requested: str | None) -> str | None:
+        topic_codec = self._config.compression_type
+        codec = requested if topic_codec == "producer" else topic_codec
+        if codec not in CODECS:
+            raise InvalidRequestError(
+                f"compression {codec!r} is not supported; use one of lz4, zstd or None"
+            )
+        return None if codec in (None, "none", "uncompressed") else codec
+
+    def _maybe_roll(self, size: int, count: int, max_timestamp: int) -> None:
+        active = self._segments[-1]
+        if active.is_empty:
+            return
+        if (
+            active.size + size > self._config.segment_bytes
+            or max_timestamp - active.rolling_timestamp > self._config.segment_ms
+            or self.log_end_offset + count - active.base_offset >= 2**31
+        ):
+            self.roll()
+
+    def roll(self) -> None:
+        """Close the active segment and start a new one at the log end offset."""
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.is_empty:
+                return
+            active.flush(fsync=False)
+            segment = self._new_segment(self.log_end_offset)
+            self._segments.append(segment)
+            self._bases.append(segment.base_offset)
+
+    def _after_append(self, count: int, now: int) -> None:
+        self._unflushed_messages += count
+        if self._first_unflushed_ms is None:
+            self._first_unflushed_ms = now
+        if self._unflushed_messages >= self._config.flush_messages:
+            self.flush()
+        else:
+            self.maybe_flush(now)
+
+    # ------------------------------------------------------------------ read
+
+    def read_batches(
+        self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+    ) -> list[StoredBatch]:
+        """The stored batches holding offsets from ``start_offset`` on, checksum-checked.
+
+        Whole batches are returned until adding one would pass ``max_bytes`` (at least
+        one batch); none at or past ``max_offset`` (exclusive, e.g. the high watermark).
+        The first batch may begin before ``start_offset``. This is what a follower
+        replicates and what :meth:`read` decodes.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` is below the log start or past the end.
+            CorruptRecordError: a batch fails its checksum; it is not returned.
+        """
+        if not isinstance(start_offset, int) or isinstance(start_offset, bool):
+            raise InvalidRequestError(f"start_offset {start_offset!r} is not an integer")
+        with self._lock:
+            self._check_open()
+            end = self.log_end_offset
+            if start_offset < self._log_start_offset or start_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} is out of range "
+                    f"[{self._log_start_offset}, {end}] of log {self.directory}"
+                )
+            limit = end if max_offset is None else min(max_offset, end)
+            if start_offset >= limit:
+                return []
+            result: list[StoredBatch] = []
+            total = 0
+            first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+            for index in range(first, len(self._segments)):
+                segment = self._segments[index]
+                start_position = 0
+                if index == first:
+                    found = segment.translate(start_offset)
+                    if found is None:
+                        continue
+                    start_position = found[0]
+                buffer = segment.view()
+                for position, header in segment.headers(start_position):
+                    if header.base_offset >= limit or (result and total + header.size > max_bytes):
+                        return result
+                    segment.check(position, header, buffer)
+                    result.append(
+                        StoredBatch(
+                            header,
+                            buffer.slice(position + HEADER_SIZE, header.size - HEADER_SIZE),
+                        )
+                    )
+                    total += header.size
+            return result
+
+    def read(
+        self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+    ) -> pa.Table:
+        """Rows from ``start_offset`` on as a Table with an int64 ``offset`` column added.
+
+        Stops at whole batches near ``max_bytes`` (always at least one batch), never
+        returns offsets at or past ``max_offset`` (pass the high watermark), and stops
+        where the schema changes, so one call returns one schema. An empty table (only
+        the ``offset`` column) means nothing is available yet.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` is below the log start or past the end.
+            CorruptRecordError: a batch fails its checksum.
+        """
+        stored = self.read_batches(start_offset, max_bytes, max_offset)
+        limit = self.log_end_offset if max_offset is None else max_offset
+        return self.to_table(stored, start_offset, limit)
+
+    def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
+        """Decode stored batches into one Table of rows in [start_offset, limit)."""
+        batches: list[pa.RecordBatch] = []
+        offsets: list[np.ndarray] = []
+        schema: pa.Schema | None = None
+        for item in stored:
+            decoded = self._decoder.decode(item.payload)
+            rows = batch_offsets(item.header, decoded)
+            decoded = user_columns(item.header, decoded)
+            if schema is None:
+                schema = decoded.schema
+            elif not decoded.schema.equals(schema):
+                break
+            lo = int(np.searchsorted(rows, start_offset)) if rows[0] < start_offset else 0
+            hi = int(np.searchsorted(rows, limit)) if rows[-1] >= limit else len(rows)
+            if lo or hi < len(rows):
+                decoded = decoded.slice(lo, hi - lo)
+                rows = rows[lo:hi]
+            if len(rows):
+                batches.append(decoded)
+                offsets.append(rows)
+        if not batches:
+            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
+        table = pa.Table.from_batches(batches)
+        first, count = int(offsets[0][0]), table.num_rows
+        if int(offsets[-1][-1]) - first + 1 == count:
+            column = np.arange(first, first + count, dtype=np.int64)
+        else:
+            column = np.concatenate(offsets)
+        return table.append_column(OFFSET_COLUMN, pa.array(column))
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp``, or None.
+
+        Uses the time index to find the batch, then the batch's ``timestamp`` column
+        (when it has one) to find the record.
+        """
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp:
+                    continue
+                found = segment.first_position_at_or_after_timestamp(timestamp)
+                if found is None:
+                    continue
+                _position, header = found
+                offset = header.base_offset
+                stored = self.read_batches(max(offset, self._log_start_offset), 1)
+                if stored and stored[0].header.base_offset == header.base_offset:
+                    decoded = self._decoder.decode(stored[0].payload)
+                    rows = batch_offsets(header, decoded)
+                    times = _timestamps(decoded)
+                    if times is not None:
+                        at = np.flatnonzero(times >= timestamp)
+                        if len(at):
+                            offset = int(rows[at[0]])
+                return max(offset, self._log_start_offset)
+            return None
+
+    # -------------------------------------------------------------- truncate
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or above ``offset`` (a follower's divergent suffix).
+
+        Truncating inside a batch keeps the batch's rows below ``offset``. Truncating
+        below the log start empties the log and restarts it at ``offset``.
+        """
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset <= self._log_start_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            while self._segments[-1].base_offset >= offset:
+                self._segments.pop().delete()
+                self._bases.pop()
+            segment = self._segments[-1]
+            found = segment.translate(offset)
+            if found is not None:
+                position, header = found
+                prefix = None
+                if header.base_offset < offset:
+                    payload = segment.view().slice(
+                        position + HEADER_SIZE, header.size - HEADER_SIZE
+                    )
+                    segment.check(position, header, segment.view())
+                    decoded = self._decoder.decode(payload)
+                    rows = batch_offsets(header, decoded)
+                    keep = rows < offset
+                    prefix = rewrite_batch(
+                        header, decoded, rows, keep, int(rows[keep][-1]) - header.base_offset
+                    )
+                segment.truncate_at(position, header)
+                if prefix is not None:
+                    encoded, payload = prefix
+                    segment.append(encoded, payload, BatchHeader(*HEADER.unpack(encoded)))
+            self.leader_epochs.truncate_from_end(offset)
+            self._recovery_point = min(self._recovery_point, offset)
+            self._write_recovery_point()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything and restart the log empty at ``offset`` (a far-behind follower)."""
+        if offset < 0:
+            raise InvalidRequestError(f"offset {offset} is negative")
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.delete()
+            self._segments = [self._new_segment(offset)]
+            self._bases = [offset]
+            self._log_start_offset = offset
+            self.leader_epochs.clear()
+            self._write_log_start()
+            self._recovery_point = offset
+            self._write_recovery_point()
+
+    # ------------------------------------------------------------- retention
+
+    def delete_records_before(self, offset: int) -> int:
+        """Advance the log start offset to ``offset`` (Kafka's DeleteRecords).
+
+        Whole segments below it are deleted; the rest become unreadable.
+
+        Returns:
+            The new log start offset.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self.log_end_offset or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [0, {self.log_end_offset}]"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self._write_log_start()
+                self.leader_epochs.truncate_from_start(offset)
+                count = 0
+                while (
+                    count + 1 < len(self._segments) and self._segments[count].next_offset <= offset
+                ):
+                    count += 1
+                self._delete_oldest(count)
+            return self._log_start_offset
+
+    def enforce_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
+        """Delete old closed segments by ``retention.ms`` and ``retention.bytes``.
+
+        Only segments entirely below ``max_offset`` (pass the high watermark) go, oldest
+        first, and never the active segment.
+
+        Returns:
+            How many segments were deleted.
+        """
+        with self._lock:
+            self._check_open()
+            config = self._config
+            if not config.delete:
+                return 0
+            now = self._clock() if now_ms is None else now_ms
+            limit = self.log_end_offset if max_offset is None else max_offset
+            remaining = self.size_bytes
+            count = 0
+            for segment in self._segments[:-1]:
+                if segment.next_offset > limit:
+                    break
+                expired = 0 <= config.retention_ms < now - segment.max_timestamp
+                too_big = 0 <= config.retention_bytes <= remaining - segment.size
+                if not (expired or too_big):
+                    break
+                remaining -= segment.size
+                count += 1
+            if count:
+                self._delete_oldest(count)
+            return count
+
+    def _delete_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        doomed = self._segments[:count]
+        self._segments = self._segments[count:]
+        self._bases = self._bases[count:]
+        for segment in doomed:
+            segment.delete()
+        if self._segments[0].base_offset > self._log_start_offset:
+            self._log_start_offset = self._segments[0].base_offset
+            self._write_log_start()
+            self.leader_epochs.truncate_from_start(self._log_start_offset)
+        fsync_directory(self.directory)
+
+    def compact(self, now_ms: int | None = None) -> cleaner.CleanerStats:
+        """Keep only the latest record per key in the closed segments.
+
+        Records keep their offsets; tombstones (null ``value``) older than
+        ``delete.retention.ms`` are dropped; records without a key are kept. The active
+        segment is never rewritten. Segments are rewritten one at a time, so appends and
+        reads go on meanwhile.
+        """
+        with self._lock:
+            self._check_open()
+            closed = self._segments[:-1]
+            now = self._clock() if now_ms is None else now_ms
+            horizon = now - self._config.delete_retention_ms
+        return cleaner.clean(self, closed, horizon)
+
+    def _swap_cleaned(self, segment: LogSegment, size: int, cleaned_path: str | None) -> bool:
+        """Install a cleaned segment file, unless the segment changed meanwhile."""
+        with self._lock:
+            if segment not in self._segments or segment.size != size or self._closed:
+                if cleaned_path is not None:
+                    os.unlink(cleaned_path)
+                return False
+            if cleaned_path is None:
+                index = self._segments.index(segment)
+                del self._segments[index]
+                del self._bases[index]
+                segment.delete()
+            else:
+                segment.replace_with(cleaned_path)
+            fsync_directory(self.directory)
+            return True
+
+    # ------------------------------------------------------------ durability
+
+    def flush(self) -> None:
+        """Fsync every appended batch and its index entries: after this, no crash loses them."""
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                if segment.dirty:
+                    segment.flush(fsync=True)
+            if self._directory_dirty:
+                fsync_directory(self.directory)
+                self._directory_dirty = False
+            self._unflushed_messages = 0
+            self._first_unflushed_ms = None
+            self._recovery_point = self.log_end_offset
+            now = self._clock()
+            if now - self._recovery_checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS:
+                self._write_recovery_point()
+
+    def maybe_flush(self, now_ms: int | None = None) -> bool:
+        """Flush if the oldest unflushed append is older than ``flush.ms``."""
+        with self._lock:
+            first = self._first_unflushed_ms
+            now = self._clock() if now_ms is None else now_ms
+            if first is not None and now - first >= self._config.flush_ms:
+                self.flush()
+                return True
+            return False
+
+    def _write_recovery_point(self) -> None:
+        self._recovery_checkpoint_ms = self._clock()
+        write_atomically(
+            os.path.join(self.directory, RECOVERY_POINT_FILE), f"{self._recovery_point}\n"
+        )
+
+    def _write_log_start(self) -> None:
+        write_atomically(
+            os.path.join(self.directory, LOG_START_FILE), f"{self._log_start_offset}\n"
+        )
+
+    def close(self) -> None:
+        """Flush and close; the next open skips recovery. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            self._write_recovery_point()
+            for segment in self._segments:
+                segment.close()
+            Path(self.directory, CLEAN_SHUTDOWN_FILE).touch()
+            fsync_directory(self.directory)
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.delete()
+            self._closed = True
+            for name in os.listdir(self.directory):
+                os.unlink(os.path.join(self.directory, name))
+            os.rmdir(self.directory)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError(f"log {self.directory} is closed")
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory!r}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _single_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(batch, pa.Table):
+        batches = batch.combine_chunks().to_batches()
+        batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=batch.schema)
+    if not isinstance(batch, pa.RecordBatch):
+        raise InvalidRecordError(
+            f"append takes a pyarrow RecordBatch or Table, not {type(batch).__name__}"
+        )
+    if batch.num_rows == 0:
+        raise InvalidRecordError("cannot append an empty batch (0 rows)")
+    for name in (OFFSET_COLUMN, EXPLICIT_OFFSET_COLUMN):
+        if name in batch.schema.names:
+            raise InvalidRecordError(f"column name {name!r} is reserved by the log")
+    return batch
+
+
+def _timestamps(batch: pa.RecordBatch) -> np.ndarray | None:
+    """The ``timestamp`` column as int64 milliseconds, or None when absent."""
+    index = batch.schema.get_field_index(TIMESTAMP_COLUMN)
+    if index < 0:
+        return None
+    column = batch.column(index)
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms"), safe=False).cast(pa.int64())
+    elif not pa.types.is_integer(column.type):
+        return None
+    if column.null_count:
+        column = column.fill_null(-1)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _timestamp_range(batch: pa.RecordBatch, now: int) -> tuple[int, int]:
+    times = _timestamps(batch)
+    if times is None or not len(times):
+        return now, now
+    return int(times.min()), int(times.max())
+
+
+def _with_timestamp(batch: pa.RecordBatch, now: int) -> pa.RecordBatch:
+    index = batch.schema.get_field_index(TIMESTAMP_COLUMN)
+    if index < 0:
+        return batch
+    field = batch.schema.field(index)
+    value = pa.array(np.full(batch.num_rows, now, dtype=np.int64))
+    if pa.types.is_timestamp(field.type):
+        value = value.cast(pa.timestamp("ms")).cast(field.type)
+    else:
+        value = value.cast(field.type)
+    return batch.set_column(index, field, value)

@@ -1,0 +1,321 @@
+"""One log segment: a file of stored batches that starts at ``base_offset``.
+
+Appends go to the end of the file with one ``writev`` per batch; reads come from a
+read-only memory map, so the data a read returns is not copied. A memory map that a
+caller still holds is never shrunk under it: truncation then writes a shorter copy of
+the file and swaps it in, so old readers keep the old bytes instead of a SIGBUS.
+
+Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from raystream.errors import CorruptRecordError
+from raystream.log.batch import BatchHeader, parse_header, verify_crc
+from raystream.log.index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+
+def segment_file_name(base_offset: int) -> str:
+    """Segment files are named by base offset, zero-padded as Kafka's."""
+    return f"{base_offset:020d}{LOG_SUFFIX}"
+
+
+class LogSegment:
+    """A segment file with its offset index and time index.
+
+    Attributes:
+        base_offset: offset of the first record the segment may hold.
+        size: bytes of valid batches in the file.
+        next_offset: offset after the segment's last batch (``base_offset`` if empty).
+        max_timestamp: newest batch max timestamp in the segment (-1 if empty).
+        rolling_timestamp: when the segment started (first batch time or creation time),
+            which ``segment.ms`` is measured from.
+        verified_bytes: a prefix of the file whose checksums are known good in this
+            process (written by it, or checked since open); reads past it check CRCs.
+    """
+
+    def __init__(
+        self, directory: str, base_offset: int, index_interval_bytes: int, created_ms: int
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.path = os.path.join(directory, segment_file_name(base_offset))
+        stem = self.path[: -len(LOG_SUFFIX)]
+        self.index = OffsetIndex(stem + INDEX_SUFFIX, base_offset)
+        self.time_index = TimeIndex(stem + TIME_INDEX_SUFFIX, base_offset)
+        self.index_interval_bytes = index_interval_bytes
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.rolling_timestamp = created_ms
+        self.verified_bytes = 0
+        self.dirty = False
+        self._bytes_since_index_entry = 0
+        self._map: mmap.mmap | None = None
+        self._buffer: pa.Buffer | None = None
+
+    @property
+    def where(self) -> str:
+        """How error messages name this segment."""
+        return f"segment {self.path}"
+
+    @property
+    def is_empty(self) -> bool:
+        return self.size == 0
+
+    # ----------------------------------------------------------------- writes
+
+    def append(self, header: bytes, payload: pa.Buffer, batch_header: BatchHeader) -> None:
+        """Write one encoded batch at the end of the file and index it."""
+        position = self.size
+        if self.is_empty:
+            self.rolling_timestamp = batch_header.max_timestamp
+        written = os.writev(self._fd, [header, payload])
+        if written != batch_header.size:
+            raise OSError(f"{self.where}: short write ({written} of {batch_header.size} bytes)")
+        if self.verified_bytes == position:
+            self.verified_bytes = position + batch_header.size
+        self.size = position + batch_header.size
+        self.dirty = True
+        self._index_batch(position, batch_header)
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        if position == 0 or self._bytes_since_index_entry >= self.index_interval_bytes:
+            self.index.append(header.base_offset, position)
+            self.time_index.maybe_append(
+                max(self.max_timestamp, header.max_timestamp), header.base_offset
+            )
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+        self.next_offset = header.next_offset
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+
+    def flush(self, fsync: bool = True) -> None:
+        """Write pending index entries and, with ``fsync``, make everything durable."""
+        if fsync and self.dirty:
+            os.fdatasync(self._fd)
+        self.index.flush(fsync)
+        self.time_index.flush(fsync)
+        if fsync:
+            self.dirty = False
+
+    # ------------------------------------------------------------------ reads
+
+    def view(self) -> pa.Buffer:
+        """A zero-copy Arrow buffer over the segment's valid bytes."""
+        if self._buffer is None or self._buffer.size < self.size:
+            self._release_map()
+            if self.size == 0:
+                return pa.py_buffer(b"")
+            self._map = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+            self._buffer = pa.py_buffer(self._map)
+        return self._buffer
+
+    def headers(self, position: int = 0, verify: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+        """Iterate (position, header) from ``position`` to the end of the segment.
+
+        Raises:
+            CorruptRecordError: a header is malformed, or (``verify``) a CRC mismatches.
+        """
+        buffer = self.view()
+        while position < self.size:
+            header = parse_header(buffer, position, self.size, self.where)
+            if verify:
+                verify_crc(buffer, position, header, self.where)
+            yield position, header
+            position += header.size
+
+    def check(self, position: int, header: BatchHeader, buffer: pa.Buffer) -> None:
+        """Verify a batch's CRC unless it lies in the verified prefix."""
+        end = position + header.size
+        if end <= self.verified_bytes:
+            return
+        verify_crc(buffer, position, header, self.where)
+        if position <= self.verified_bytes:
+            self.verified_bytes = end
+
+    def translate(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``, or None past the end."""
+        _, position = self.index.lookup(offset)
+        for found in self.headers(position):
+            if found[1].last_offset >= offset:
+                return found
+        return None
+
+    def first_position_at_or_after_timestamp(
+        self, timestamp: int
+    ) -> tuple[int, BatchHeader] | None:
+        """The first batch whose max timestamp is >= ``timestamp``, or None."""
+        start = self.time_index.lookup(timestamp)
+        found = self.translate(start)
+        if found is None:
+            return None
+        for position, header in self.headers(found[0]):
+            if header.max_timestamp >= timestamp:
+                return position, header
+        return None
+
+    # --------------------------------------------------------------- recovery
+
+    def load(self, trust: bool) -> int:
+        """Bring the in-memory state in line with the file; returns bytes truncated.
+
+        With ``trust`` (a clean shutdown, or data below the recovery point) the indexes
+        are loaded and sanity-checked, and only the tail after the last index entry is
+        read. Otherwise every batch's CRC is checked, a torn or corrupt tail is cut
+        off, and both indexes are rebuilt.
+        """
+        if trust and self.index.load() and self.time_index.load() and self._index_is_sane():
+            start_offset, position = self.index.last()
+            self.max_timestamp = self.time_index.last_timestamp()
+            self.next_offset = start_offset if len(self.index) else self.base_offset
+            first = next(self.headers(0), None)
+            if first is not None:
+                self.rolling_timestamp = first[1].max_timestamp
+            for _, header in self.headers(position):
+                self.next_offset = header.next_offset
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            self._bytes_since_index_entry = self.size - position
+            return 0
+        return self.recover()
+
+    def recover(self) -> int:
+        """Check every batch, cut a torn or corrupt tail, rebuild the indexes."""
+        self.index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._bytes_since_index_entry = 0
+        buffer = self.view()
+        position = 0
+        while position < self.size:
+            try:
+                header = parse_header(buffer, position, self.size, self.where)
+                verify_crc(buffer, position, header, self.where)
+                if header.base_offset < self.next_offset:
+                    raise CorruptRecordError(f"{self.where}: offsets go backwards")
+            except CorruptRecordError:
+                break
+            if position == 0:
+                self.rolling_timestamp = header.max_timestamp
+            self._index_batch(position, header)
+            position += header.size
+        truncated = self.size - position
+        if truncated:
+            self._cut(position)
+        self.verified_bytes = self.size
+        self.index.flush(fsync=True)
+        self.time_index.flush(fsync=True)
+        return truncated
+
+    def _index_is_sane(self) -> bool:
+        offset, position = self.index.last()
+        if len(self.index) == 0:
+            return self.size == 0 or position == 0
+        if position >= self.size:
+            return False
+        try:
+            header = parse_header(self.view(), position, self.size, self.where)
+        except CorruptRecordError:
+            return False
+        return header.base_offset == offset
+
+    # ------------------------------------------------------------- truncation
+
+    def truncate_at(self, position: int, batch_header: BatchHeader | None) -> None:
+        """Cut the file at ``position`` (a batch boundary) and drop index entries past it.
+
+        ``batch_header`` is the header of the batch that started at ``position`` (None
+        when cutting at the end), used to trim the time index.
+        """
+        if position >= self.size:
+            return
+        self.index.truncate_to_position(position)
+        if batch_header is not None:
+            self.time_index.truncate_to_offset(batch_header.base_offset)
+        self._cut(position)
+        self.verified_bytes = min(self.verified_bytes, self.size)
+        self.next_offset = self.base_offset
+        self.max_timestamp = self.time_index.last_timestamp()
+        _, start = self.index.last()
+        for _, header in self.headers(start):
+            self.next_offset = header.next_offset
+            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self._bytes_since_index_entry = self.size - start
+
+    def _cut(self, position: int) -> None:
+        """Shrink the file to ``position`` without invalidating maps readers still hold."""
+        if self._release_map():
+            os.ftruncate(self._fd, position)
+        else:
+            temp = self.path + ".truncating"
+            with open(temp, "wb") as out:
+                remaining = position
+                offset = 0
+                while remaining:
+                    chunk = os.pread(self._fd, min(remaining, 1 << 24), offset)
+                    out.write(chunk)
+                    offset += len(chunk)
+                    remaining -= len(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            os.close(self._fd)
+            os.replace(temp, self.path)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self.size = position
+        self.dirty = True
+
+    def _release_map(self) -> bool:
+        """Drop our map; True when no reader holds it any more (it was closed)."""
+        self._buffer = None
+        if self._map is None:
+            return True
+        try:
+            self._map.close()
+        except BufferError:
+            self._map = None
+            return False
+        self._map = None
+        return True
+
+    # --------------------------------------------------------------- lifecycle
+
+    def replace_with(self, new_path: str) -> None:
+        """Swap in a rewritten file (compaction) atomically; indexes must be rebuilt."""
+        self._release_map()
+        os.close(self._fd)
+        self.index.delete()
+        self.time_index.delete()
+        os.replace(new_path, self.path)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
+        self.size = os.fstat(self._fd).st_size
+        self.recover()
+
+    def close(self) -> None:
+        """Flush pending index entries and release the file (no fsync)."""
+        self.index.close()
+        self.time_index.close()
+        self._release_map()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Remove the segment's files; readers holding its map keep their bytes."""
+        self.close()
+        self.index.delete()
+        self.time_index.delete()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
