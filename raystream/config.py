@@ -49,7 +49,7 @@ class KafkaConfig:
                     f"unknown {type(self).__name__} key {key!r}; known keys: "
                     + ", ".join(sorted(k.replace("_", ".") for k in known))
                 )
-            changes[name] = _coerce(type(self), name, value, getattr(self, name))
+            changes[name] = _coerce(key, value, getattr(self, name))
         return dataclasses.replace(self, **changes)
 
     def to_kafka(self) -> dict[str, Any]:
@@ -57,23 +57,23 @@ class KafkaConfig:
         return {f.name.replace("_", "."): getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def _coerce(cls: type, name: str, value: Any, default: Any) -> Any:
-    """Convert a value given as text (CLI, Kafka-style maps) to the field's type."""
+def _coerce(key: str, value: Any, default: Any) -> Any:
+    """Convert a value given as text (CLI, Kafka-style maps) to the option's type."""
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        raise InvalidConfigError(f"{cls.__name__} {name}={value!r}: expected true or false")
+        raise InvalidConfigError(f"config {key}={value!r}: expected true or false")
     if isinstance(default, int):
         if isinstance(value, bool):
-            raise InvalidConfigError(f"{cls.__name__} {name}={value!r}: expected an integer")
+            raise InvalidConfigError(f"config {key}={value!r}: expected an integer")
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise InvalidConfigError(
-                f"{cls.__name__} {name}={value!r}: expected an integer"
-            ) from None
+            raise InvalidConfigError(f"config {key}={value!r}: expected an integer") from None
+    if isinstance(default, str) and not isinstance(value, str):
+        raise InvalidConfigError(f"config {key}={value!r}: expected a string")
     return value
 
 
@@ -81,3 +81,36 @@ def require(condition: bool, owner: str, name: str, value: Any, expected: str) -
     """Raise InvalidConfigError naming the option and value unless ``condition`` holds."""
     if not condition:
         raise InvalidConfigError(f"{owner} {name.replace('_', '.')}={value!r}: {expected}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig(KafkaConfig):
+    """Cluster-wide server settings, fixed when the controller starts.
+
+    Attributes:
+        data_dir: directory on every node under which replicas keep their logs
+            (Kafka's ``log.dirs``); the controller keeps its metadata log there too.
+        default_replication_factor: replication factor when create_topic gives none.
+        min_insync_replicas: default for topics that do not set it.
+        log_retention_check_interval_ms: how often replicas apply retention/compaction.
+        log_flush_scheduler_interval_ms: how often replicas check ``flush.ms``.
+        replica_lag_time_max_ms: a follower not caught up for this long leaves the ISR.
+    """
+
+    data_dir: str = ""
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_scheduler_interval_ms: int = 1000
+    replica_lag_time_max_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        for name in (
+            "default_replication_factor",
+            "min_insync_replicas",
+            "log_retention_check_interval_ms",
+            "log_flush_scheduler_interval_ms",
+            "replica_lag_time_max_ms",
+        ):
+            value = getattr(self, name)
+            require(value >= 1, "broker config", name, value, "must be >= 1")

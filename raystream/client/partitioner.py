@@ -50,10 +50,7 @@ _R = 24
 _MASK32 = 0xFFFFFFFF
 
 _U32_M = np.uint32(_M)
-# Indexed by the tail length (0-3): is tail byte i present (0xff) or not (0)?
-_TAIL_BYTE_MASK = [
-    np.array([0xFF if i < rem else 0 for rem in range(4)], dtype=np.uint32) for i in range(3)
-]
+_NO_BYTES = np.empty(0, dtype=np.uint8)
 # Indexed by the tail length: the final "h *= m" of the tail happens only if there is one.
 _TAIL_MULTIPLIER = np.array([1, _M, _M, _M], dtype=np.uint32)
 
@@ -217,127 +214,137 @@ def _murmur2_chunk(arr: pa.Array, row_base: int) -> np.ndarray:
 
     _, offsets_buf, data_buf = arr.buffers()
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-    off_dtype = np.int64 if large else np.int32
-    offsets = np.frombuffer(offsets_buf, dtype=off_dtype, count=arr.offset + n + 1)
-    offsets = offsets[arr.offset :].astype(np.int64)
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8)
-        if data_buf is not None
-        else np.empty(0, dtype=np.uint8)
-    )
+    offsets = np.frombuffer(
+        offsets_buf, dtype=np.int64 if large else np.int32, count=arr.offset + n + 1
+    )[arr.offset :]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else _NO_BYTES
+    # Arrow stores the values back to back: key i is data[offsets[i]:offsets[i + 1]].
+    s0 = int(offsets[0])
+    width, spare = divmod(int(offsets[-1]) - s0, n)
+    if spare == 0 and not np.any(np.diff(offsets) != width):
+        h = _hash_fixed_width(data, s0, width, n)
+    else:
+        h = _hash_variable_width(data, offsets, n)
+    # Finalization: h ^= h >>> 13; h *= m; h ^= h >>> 15.
+    tmp = h >> np.uint32(13)
+    h ^= tmp
+    h *= _U32_M
+    np.right_shift(h, np.uint32(15), out=tmp)
+    h ^= tmp
+    return h
 
-    h = (np.uint32(_SEED) ^ lengths.astype(np.uint32)).astype(np.uint32)
+
+def _mix(h: np.ndarray, k: np.ndarray, tmp: np.ndarray) -> None:
+    """One step of murmur2's word loop for many keys at once, in place.
+
+    ``k *= m; k ^= k >>> r; k *= m; h *= m; h ^= k`` on uint32 arrays of equal length,
+    wrapping like Java's ``int``; ``k`` is clobbered and ``tmp`` is scratch.
+    """
+    np.multiply(k, _U32_M, out=k)
+    np.right_shift(k, _R, out=tmp)
+    np.bitwise_xor(k, tmp, out=k)
+    np.multiply(k, _U32_M, out=k)
+    np.multiply(h, _U32_M, out=h)
+    np.bitwise_xor(h, k, out=h)
+
+
+def _hash_fixed_width(data: np.ndarray, s0: int, width: int, n: int) -> np.ndarray:
+    """murmur2 before finalization of ``n`` keys of ``width`` bytes each, from byte ``s0``.
+
+    The common bulk case (ids, UUIDs, fixed-size binary). Word ``j`` of every key is the
+    ``<u4`` at ``s0 + 4j + i * width``: a strided view of the data, read with no gather;
+    the tail bytes likewise.
+    """
+    h = np.full(n, (_SEED ^ width) & _MASK32, dtype=np.uint32)
+    k = np.empty(n, dtype=np.uint32)
+    tmp = np.empty(n, dtype=np.uint32)
+    nwords, rem = divmod(width, 4)
+    for j in range(nwords):
+        word_j = np.ndarray((n,), dtype="<u4", buffer=data, offset=s0 + 4 * j, strides=(width,))
+        np.copyto(k, word_j)
+        _mix(h, k, tmp)
+    if rem:
+        for i in range(rem):
+            byte_i = np.ndarray(
+                (n,), dtype=np.uint8, buffer=data, offset=s0 + 4 * nwords + i, strides=(width,)
+            )
+            np.copyto(k, byte_i)
+            k <<= np.uint32(8 * i)
+            h ^= k
+        h *= _U32_M
+    return h
+
+
+def _hash_variable_width(data: np.ndarray, offsets: np.ndarray, n: int) -> np.ndarray:
+    """murmur2 before finalization of keys of any lengths, all in lock-step.
+
+    Keys advance together over the word index ``j``; word ``j`` of the key starting at
+    byte ``s`` is the ``<u4`` at ``s + 4j``. Its alignment ``s % 4`` is the same for every
+    ``j``, so viewing ``data`` from byte ``c`` as ``<u4`` lets one gather read word ``j``
+    of all keys of alignment class ``c``. Keys are ordered by (class, word count
+    descending): each class is then a contiguous block and, inside it, the keys that
+    still have a word ``j`` are a prefix, so there are no masks, only shrinking slices.
+    """
+    starts = offsets[:-1]
+    lengths = np.diff(offsets)
+    h = lengths.astype(np.uint32)
+    h ^= np.uint32(_SEED)
     nwords = lengths >> 2
     max_words = int(nwords.max())
 
     if max_words:
-        h = _mix_words(h, data, starts, nwords, max_words)
+        span = max_words + 1
+        align = starts & 3
+        # counts[c, w]: keys of alignment class c with w words.
+        counts = np.bincount(align * span + nwords, minlength=4 * span).reshape(4, span)
+        # at_least[c, w]: keys of class c with >= w words; ">= j + 1" is "still has word j".
+        at_least = counts[:, ::-1].cumsum(axis=1)[:, ::-1]
+        bounds = np.concatenate([[0], np.cumsum(counts.sum(axis=1))])
+        sort_key = align * span
+        sort_key += max_words - nwords
+        if 4 * span <= 1 << 16:
+            order = np.argsort(sort_key.astype(np.uint16), kind="stable")  # radix sort
+        else:
+            order = np.argsort(sort_key)
+        del sort_key, align
+        s_starts = starts[order]
+        s_h = h[order]
+        tmp = np.empty(n, dtype=np.uint32)
+        for c in range(4):
+            lo = int(bounds[c])
+            if at_least[c, 1] == 0:
+                continue
+            view = data[c : c + ((len(data) - c) >> 2 << 2)].view("<u4")
+            widx = s_starts[lo : lo + int(at_least[c, 1])] - c
+            widx >>= 2  # index in `view` of each key's word 0
+            for j in range(max_words):
+                m = int(at_least[c, j + 1])
+                if m == 0:
+                    break
+                _mix(s_h[lo : lo + m], view[widx[:m]], tmp[:m])
+                widx[:m] += 1
+        h[order] = s_h
 
-    rem = (lengths & 3).astype(np.intp)
-    if rem.any():
-        # The 1-3 tail bytes, XORed in at << 0, << 8, << 16 (the fall-through switch), then
-        # h *= m. Dense over all keys: byte i is used only where i < rem (table masks),
-        # and the multiplier is 1 for keys without a tail. Read positions past a key's
-        # end are clipped into the buffer and masked off.
-        tail = starts + (nwords << 2)
-        last = len(data) - 1
+    # The 1-3 tail bytes, XORed in at << 0, << 8, << 16 (Java's fall-through switch),
+    # then h *= m. Dense over all keys: byte i counts only where i < rem, and the
+    # multiplier is 1 for keys without a tail. Positions past a key's end are clipped
+    # into the buffer by take() and zeroed.
+    rem = (lengths & 3).astype(np.uint8)
+    max_rem = int(rem.max())
+    if max_rem:
+        pos = offsets[1:] - rem  # first tail byte of each key
+        byte = np.empty(n, dtype=np.uint8)
+        part = np.empty(n, dtype=np.uint32)
         t = np.zeros(n, dtype=np.uint32)
-        for i in range(3):
-            pos = np.minimum(tail + i, last)
-            byte = data[pos].astype(np.uint32)
-            byte &= _TAIL_BYTE_MASK[i][rem]
-            byte <<= np.uint32(8 * i)
-            t ^= byte
+        for i in range(max_rem):
+            np.take(data, pos, mode="clip", out=byte)
+            np.multiply(byte, rem > i, out=part)
+            part <<= np.uint32(8 * i)
+            t ^= part
+            pos += 1
         h ^= t
-        h *= _TAIL_MULTIPLIER[rem]
-
-    h ^= h >> np.uint32(13)
-    h *= _U32_M
-    h ^= h >> np.uint32(15)
+        h *= np.take(_TAIL_MULTIPLIER, rem)
     return h
-
-
-def _mix_words(
-    h: np.ndarray, data: np.ndarray, starts: np.ndarray, nwords: np.ndarray, max_words: int
-) -> np.ndarray:
-    """Runs murmur2's word loop for every key at once; returns the updated ``h``.
-
-    Keys advance in lock-step over the word index ``j``, all uint32 arithmetic wrapping
-    like Java's ``int``. Word ``j`` of the key starting at byte ``s`` is the little-endian
-    uint32 at byte ``s + 4j``.
-
-    * All keys the same length ``w`` (the common bulk case: ids, UUIDs, fixed-size
-      binary): Arrow stores values back to back, so word ``j`` of every key is a strided
-      ``<u4`` view of the data (offset ``s0 + 4j``, stride ``w``), read without a gather.
-    * Otherwise: the alignment ``s % 4`` of a key's words is the same for every ``j``, so
-      viewing ``data`` from byte ``c`` as ``<u4`` lets one gather read word ``j`` of all
-      keys of alignment class ``c``. Keys are ordered by (class, word count descending):
-      each class is a contiguous block and, inside it, the keys that still have a word
-      ``j`` are a prefix, so no masks are needed, just shrinking slices.
-    """
-    n = len(h)
-    k = np.empty(n, dtype=np.uint32)
-    tmp = np.empty(n, dtype=np.uint32)
-
-    def mix(hh: np.ndarray, kk: np.ndarray) -> None:
-        # k *= m; k ^= k >>> r; k *= m; h *= m; h ^= k   (kk is modified in place)
-        np.multiply(kk, _U32_M, out=kk)
-        tt = tmp[: len(kk)]
-        np.right_shift(kk, _R, out=tt)
-        np.bitwise_xor(kk, tt, out=kk)
-        np.multiply(kk, _U32_M, out=kk)
-        np.multiply(hh, _U32_M, out=hh)
-        np.bitwise_xor(hh, kk, out=hh)
-
-    if int(nwords.min()) == max_words:
-        width = int(starts[1] - starts[0]) if n > 1 else 4 * max_words
-        s0 = int(starts[0])
-        for j in range(max_words):
-            word_j = np.ndarray(
-                shape=(n,), dtype="<u4", buffer=data, offset=s0 + 4 * j, strides=(width,)
-            )
-            np.copyto(k, word_j)
-            mix(h, k)
-        return h
-
-    align = starts & 3
-    sort_key = align * (max_words + 1) + (max_words - nwords)
-    if int(sort_key.max()) < 1 << 16:
-        order = np.argsort(sort_key.astype(np.uint16), kind="stable")  # radix sort, O(n)
-    else:
-        order = np.argsort(sort_key)
-    align = align[order]
-    nwords = nwords[order]
-    starts = starts[order]
-    h = h[order]
-    bounds = np.searchsorted(align, np.arange(5))
-    for c in range(4):
-        lo, hi = int(bounds[c]), int(bounds[c + 1])
-        if lo == hi:
-            continue
-        ends = lo + _prefix_counts(nwords[lo:hi], max_words)
-        view = data[c : c + ((len(data) - c) >> 2 << 2)].view("<u4")
-        widx = (starts[lo : int(ends[0])] - c) >> 2  # index in `view` of each key's word 0
-        for j in range(max_words):
-            m = int(ends[j]) - lo
-            if m == 0:
-                break
-            mix(h[lo : lo + m], view[widx[:m]])
-            widx[:m] += 1
-    out = np.empty_like(h)
-    out[order] = h
-    return out
-
-
-def _prefix_counts(sorted_desc: np.ndarray, max_words: int) -> np.ndarray:
-    """For keys sorted by word count descending, how many have more than j words.
-
-    ``-sorted_desc`` is ascending, and a key has more than ``j`` words exactly when its
-    ``-words < -j``, so the count is the left insertion point of ``-j``.
-    """
-    return np.searchsorted(-sorted_desc, -np.arange(max_words, dtype=np.int64), side="left")
 
 
 def murmur2_array(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -149,19 +149,44 @@ def verify_crc(buffer: object, position: int, header: BatchHeader, where: str) -
         )
 
 
-def encode_payload(batch: pa.RecordBatch, compression: str | None) -> pa.Buffer:
-    """Serialize one record batch as a self-contained Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression=compression)
-    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue()
+END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+class PayloadEncoder:
+    """Serializes record batches as self-contained Arrow IPC streams.
+
+    The schema message is serialized once per distinct schema; an uncompressed batch is
+    then one ``serialize()`` copy, and the pieces go to disk with a single ``writev``.
+    """
+
+    def __init__(self) -> None:
+        self._schema: pa.Schema | None = None
+        self._schema_message: pa.Buffer | None = None
+
+    def encode(self, batch: pa.RecordBatch, compression: str | None) -> list[pa.Buffer | bytes]:
+        """The payload pieces (schema message, batch message, end marker) for ``batch``."""
+        if compression is not None:
+            sink = pa.BufferOutputStream()
+            options = pa.ipc.IpcWriteOptions(compression=compression)
+            with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+                writer.write_batch(batch)
+            return [sink.getvalue()]
+        schema = batch.schema
+        if self._schema is None or not schema.equals(self._schema, check_metadata=True):
+            self._schema = schema
+            self._schema_message = schema.serialize()
+        return [self._schema_message, batch.serialize(), END_OF_STREAM]
+
+
+def payload_size(pieces: list[pa.Buffer | bytes]) -> int:
+    """Total bytes of payload pieces."""
+    return sum(len(p) if isinstance(p, bytes) else p.size for p in pieces)
 
 
 def encode_header(
     *,
     base_offset: int,
-    payload: pa.Buffer,
+    payload: list[pa.Buffer | bytes],
     partition_leader_epoch: int,
     attributes: int,
     last_offset_delta: int,
@@ -172,11 +197,11 @@ def encode_header(
     base_sequence: int,
     record_count: int,
 ) -> bytes:
-    """Build the header for ``payload``, with its CRC32C filled in."""
+    """Build the header for the ``payload`` pieces, with its CRC32C filled in."""
     header = bytearray(
         HEADER.pack(
             base_offset,
-            HEADER_SIZE + payload.size,
+            HEADER_SIZE + payload_size(payload),
             partition_leader_epoch,
             MAGIC,
             0,
@@ -191,7 +216,8 @@ def encode_header(
         )
     )
     crc = crc32c.crc32c(memoryview(header)[CRC_START:])
-    crc = crc32c.crc32c(payload, value=crc)
+    for piece in payload:
+        crc = crc32c.crc32c(piece, value=crc)
     _CRC_FIELD.pack_into(header, 17, crc)
     return bytes(header)
 
@@ -217,6 +243,10 @@ class PayloadDecoder:
 
     def decode(self, payload: pa.Buffer) -> pa.RecordBatch:
         """The record batch in ``payload`` (zero-copy: it references ``payload``)."""
+        return self.decode_with_schema(payload)[1]
+
+    def decode_with_schema(self, payload: pa.Buffer) -> tuple[pa.Schema, pa.RecordBatch]:
+        """The batch and its cached schema object (identical objects for equal schemas)."""
         (metadata_size,) = _EPOCH.unpack_from(payload, 4)
         schema_end = 8 + metadata_size
         key = payload[:schema_end].to_pybytes()
@@ -226,7 +256,7 @@ class PayloadDecoder:
             if len(self._schemas) >= self._capacity:
                 self._schemas.clear()
             self._schemas[key] = schema
-        return pa.ipc.read_record_batch(payload[schema_end:], schema)
+        return schema, pa.ipc.read_record_batch(payload[schema_end:], schema)
 
 
 def batch_offsets(header: BatchHeader, batch: pa.RecordBatch) -> np.ndarray:
@@ -250,7 +280,7 @@ def rewrite_batch(
     offsets: np.ndarray,
     keep: np.ndarray,
     last_offset_delta: int,
-) -> tuple[bytes, pa.Buffer]:
+) -> tuple[bytes, list[pa.Buffer | bytes]]:
     """Re-encode the kept rows of a stored batch, preserving its metadata and offsets.
 
     Used by compaction (which keeps ``last_offset_delta``, so the batch still ends
@@ -271,7 +301,7 @@ def rewrite_batch(
     if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
         data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
         attributes |= ATTR_EXPLICIT_OFFSETS
-    payload = encode_payload(data, header.compression)
+    payload = PayloadEncoder().encode(data, header.compression)
     encoded = encode_header(
         base_offset=header.base_offset,
         payload=payload,

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raystream.log.batch import HEADER_SIZE, batch_offsets, rewrite_batch
+from raystream.log.batch import HEADER_SIZE, batch_offsets, payload_size, rewrite_batch
 from raystream.log.segment import LogSegment
 
 if TYPE_CHECKING:
@@ -135,10 +135,11 @@ def _rewrite(
         removed += dropped
         if keep.any():
             encoded, payload = rewrite_batch(header, batch, rows, keep, header.last_offset_delta)
-            pieces.extend((encoded, payload))
+            pieces.append(encoded)
+            pieces.extend(payload)
     if removed == 0:
         return None
-    new_size = sum(len(p) if isinstance(p, bytes) else p.size for p in pieces)
+    new_size = payload_size(pieces)
     if new_size == 0:
         return None, removed, 0
     path = segment.path + ".cleaned"

@@ -43,9 +43,10 @@ from raystream.log.batch import (
     OFFSET_COLUMN,
     BatchHeader,
     PayloadDecoder,
+    PayloadEncoder,
     batch_offsets,
     encode_header,
-    encode_payload,
+    payload_size,
     rewrite_batch,
     user_columns,
 )
@@ -94,6 +95,7 @@ class Log:
         self._clock = clock
         self._lock = threading.RLock()
         self._decoder = PayloadDecoder()
+        self._encoder = PayloadEncoder()
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._log_start_offset = 0
@@ -273,8 +275,8 @@ class Log:
                 max_timestamp = batch_max if max_timestamp is None else max_timestamp
             codec = self._codec(compression)
             attributes |= CODECS[codec]
-            payload = encode_payload(record_batch, codec)
-            size = HEADER_SIZE + payload.size
+            payload = self._encoder.encode(record_batch, codec)
+            size = HEADER_SIZE + payload_size(payload)
             if size > self._config.max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {record_batch.num_rows} records is {size} bytes, over the "
@@ -420,28 +422,41 @@ class Log:
         batches: list[pa.RecordBatch] = []
         offsets: list[np.ndarray] = []
         schema: pa.Schema | None = None
+        contiguous = True
         for item in stored:
-            decoded = self._decoder.decode(item.payload)
-            rows = batch_offsets(item.header, decoded)
-            decoded = user_columns(item.header, decoded)
+            header = item.header
+            batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
+            if header.has_explicit_offsets:
+                rows = batch_offsets(header, decoded)
+                decoded = user_columns(header, decoded)
+                batch_schema = decoded.schema
             if schema is None:
-                schema = decoded.schema
-            elif not decoded.schema.equals(schema):
+                schema = batch_schema
+            elif batch_schema is not schema and not batch_schema.equals(schema):
                 break
-            lo = int(np.searchsorted(rows, start_offset)) if rows[0] < start_offset else 0
-            hi = int(np.searchsorted(rows, limit)) if rows[-1] >= limit else len(rows)
-            if lo or hi < len(rows):
-                decoded = decoded.slice(lo, hi - lo)
+            if header.has_explicit_offsets:
+                lo = int(np.searchsorted(rows, start_offset))
+                hi = int(np.searchsorted(rows, limit))
                 rows = rows[lo:hi]
-            if len(rows):
+                contiguous = False
+            else:
+                base, count = header.base_offset, decoded.num_rows
+                lo = max(start_offset - base, 0)
+                hi = min(limit - base, count)
+                rows = np.arange(base + lo, base + hi, dtype=np.int64)
+                if offsets and len(offsets[-1]) and offsets[-1][-1] + 1 != base + lo:
+                    contiguous = False
+            if lo or hi < decoded.num_rows:
+                decoded = decoded.slice(lo, max(hi - lo, 0))
+            if decoded.num_rows:
                 batches.append(decoded)
                 offsets.append(rows)
         if not batches:
             return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
         table = pa.Table.from_batches(batches)
-        first, count = int(offsets[0][0]), table.num_rows
-        if int(offsets[-1][-1]) - first + 1 == count:
-            column = np.arange(first, first + count, dtype=np.int64)
+        if contiguous:
+            first = int(offsets[0][0])
+            column = np.arange(first, first + table.num_rows, dtype=np.int64)
         else:
             column = np.concatenate(offsets)
         return table.append_column(OFFSET_COLUMN, pa.array(column))
@@ -749,10 +764,21 @@ def _timestamps(batch: pa.RecordBatch) -> np.ndarray | None:
 
 
 def _timestamp_range(batch: pa.RecordBatch, now: int) -> tuple[int, int]:
-    times = _timestamps(batch)
-    if times is None or not len(times):
+    """(min, max) of the ``timestamp`` column in ms, or (now, now) without one."""
+    index = batch.schema.get_field_index(TIMESTAMP_COLUMN)
+    if index < 0:
         return now, now
-    return int(times.min()), int(times.max())
+    column = batch.column(index)
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms"), safe=False).cast(pa.int64())
+    elif not pa.types.is_integer(column.type):
+        return now, now
+    if column.null_count:
+        column = column.drop_null()
+    if not len(column):
+        return now, now
+    values = column.to_numpy()
+    return int(values.min()), int(values.max())
 
 
 def _with_timestamp(batch: pa.RecordBatch, now: int) -> pa.RecordBatch:

@@ -77,12 +77,14 @@ class LogSegment:
 
     # ----------------------------------------------------------------- writes
 
-    def append(self, header: bytes, payload: pa.Buffer, batch_header: BatchHeader) -> None:
+    def append(
+        self, header: bytes, payload: list[pa.Buffer | bytes], batch_header: BatchHeader
+    ) -> None:
         """Write one encoded batch at the end of the file and index it."""
         position = self.size
         if self.is_empty:
             self.rolling_timestamp = batch_header.max_timestamp
-        written = os.writev(self._fd, [header, payload])
+        written = os.writev(self._fd, [header, *payload])
         if written != batch_header.size:
             raise OSError(f"{self.where}: short write ({written} of {batch_header.size} bytes)")
         if self.verified_bytes == position:

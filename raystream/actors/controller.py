@@ -1,0 +1,423 @@
+"""The controller actor: owner of cluster metadata and of the replica actors.
+
+One per namespace, detached and named, restarted by Ray when it dies. It keeps every
+topic's state (:class:`~raystream.controller.metadata.TopicState`) in a compacted
+metadata log on its node's disk, so a restarted controller (or ``raystream up`` after
+``raystream down``) finds every topic again, and it finds or re-creates each replica
+actor, which recovers its own log from disk.
+
+The controller is off the data path: clients cache the leaders' handles it hands out
+and talk to replicas directly, so produce and fetch continue while it restarts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raystream.actors.replica import ReplicaActor
+from raystream.config import BrokerConfig
+from raystream.controller.metadata import (
+    PartitionState,
+    TopicState,
+    is_internal,
+    validate_count,
+    validate_topic_name,
+)
+from raystream.controller.placement import is_spread, place_replicas
+from raystream.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from raystream.log import Log, LogConfig
+from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
+from raystream.records import record_schema
+from raystream.types import PartitionDescription, TopicDescription
+
+logger = logging.getLogger(__name__)
+
+CONTROLLER_NAME = "raystream-controller"
+METADATA_DIR = "__cluster_metadata-0"
+REPLICA_READY_TIMEOUT_S = 120
+
+
+def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
+    """The Ray actor name of a replica (unique within the namespace)."""
+    return f"replica:{topic}:{partition}:{replica_id}"
+
+
+def alive_nodes() -> list[str]:
+    """Ids of the Ray nodes that are alive, in a stable order."""
+    return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+
+
+class Controller:
+    """Topic lifecycle, replica placement and metadata for one raystream cluster.
+
+    Thread-safety: Ray runs calls on several threads (the actor has max_concurrency
+    > 1 so that a slow topic creation does not block metadata lookups); one lock
+    serializes every change of metadata.
+    """
+
+    def __init__(self, namespace: str, broker: dict[str, Any]) -> None:
+        self.namespace = namespace
+        self.broker = BrokerConfig.from_kafka(broker)
+        self.broker_options = self.broker.to_kafka()
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self._lock = threading.RLock()
+        self._log = Log.open(
+            os.path.join(self.broker.data_dir, METADATA_DIR),
+            LogConfig(cleanup_policy="compact", segment_bytes=16 << 20),
+        )
+        self.topics: dict[str, TopicState] = self._replay()
+        self._handles: dict[tuple[str, int, int], Any] = {}
+        for topic in self.topics.values():
+            self._start_replicas(topic, list(range(len(topic.partitions))))
+
+    # --------------------------------------------------------------- metadata log
+
+    def _replay(self) -> dict[str, TopicState]:
+        topics: dict[str, TopicState] = {}
+        offset = self._log.log_start_offset
+        while offset < self._log.log_end_offset:
+            table = self._log.read(offset, max_bytes=64 << 20)
+            if not table.num_rows:
+                break
+            for key, value in zip(
+                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            ):
+                name = key.decode()
+                if value is None:
+                    topics.pop(name, None)
+                else:
+                    topics[name] = TopicState.from_json(value.decode())
+            offset = table.column("offset")[-1].as_py() + 1
+        return topics
+
+    def _persist(self, name: str, topic: TopicState | None) -> None:
+        """Durably record a topic's new state (None: deleted) before acting on it."""
+        value = None if topic is None else topic.to_json().encode()
+        batch = pa.record_batch(
+            {
+                "key": pa.array([name.encode()], pa.binary()),
+                "value": pa.array([value], pa.binary()),
+                "timestamp": pa.array([int(time.time() * 1000)], pa.int64()),
+            }
+        )
+        self._log.append(batch)
+        self._log.flush()
+
+    # ------------------------------------------------------------------ replicas
+
+    def _effective_config(self, topic: TopicState) -> LogConfig:
+        defaults = LogConfig(min_insync_replicas=self.broker.min_insync_replicas)
+        return defaults.with_options(topic.config)
+
+    def _start_replicas(self, topic: TopicState, partitions: list[int]) -> None:
+        """Find or create the replica actors of ``partitions`` and wait until they serve."""
+        config = self._effective_config(topic).to_kafka()
+        schema = record_schema(topic.schema())
+        pending = []
+        for p in partitions:
+            state = topic.partitions[p]
+            for replica_id in state.replicas:
+                name = replica_actor_name(topic.name, p, replica_id)
+                try:
+                    handle = ray.get_actor(name, namespace=self.namespace)
+                except ValueError:
+                    handle = ReplicaActor.options(
+                        name=name,
+                        namespace=self.namespace,
+                        lifetime="detached",
+                        max_restarts=-1,
+                        num_cpus=0,
+                        scheduling_strategy=NodeAffinitySchedulingStrategy(
+                            state.nodes[replica_id], soft=False
+                        ),
+                    ).remote(
+                        topic.name,
+                        topic.topic_id,
+                        p,
+                        replica_id,
+                        config,
+                        schema,
+                        state.leader_epoch,
+                        self.broker_options,
+                    )
+                self._handles[(topic.name, p, replica_id)] = handle
+                pending.append(handle.ping.remote())
+        ray.get(pending, timeout=REPLICA_READY_TIMEOUT_S)
+
+    def _stop_replicas(self, topic: TopicState, delete_data: bool) -> None:
+        handles = [
+            self._handles.pop((topic.name, p.partition, r), None)
+            for p in topic.partitions
+            for r in p.replicas
+        ]
+        handles = [h for h in handles if h is not None]
+        calls = [(h.delete if delete_data else h.close).remote() for h in handles]
+        try:
+            ray.get(calls, timeout=60)
+        except Exception:  # a dead replica cannot close; its data is handled on restart
+            logger.exception("stopping replicas of %s", topic.name)
+        for handle in handles:
+            ray.kill(handle, no_restart=True)
+
+    # ---------------------------------------------------------------- topic admin
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int | None = None,
+        config: dict[str, Any] | None = None,
+        value_schema: bytes | None = None,
+    ) -> Result:
+        """Create a topic and its replica actors; answers with its TopicMetadata."""
+        try:
+            validate_topic_name(name)
+            validate_count(partitions, "partitions")
+            if replication_factor is None:
+                replication_factor = self.broker.default_replication_factor
+            validate_count(replication_factor, "replication_factor")
+            overrides = self._validated_config(config or {})
+            if value_schema is not None:
+                pa.ipc.read_schema(pa.py_buffer(value_schema))
+            with self._lock:
+                if name in self.topics:
+                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+                nodes = alive_nodes()
+                placement = place_replicas(nodes, partitions, replication_factor, len(self.topics))
+                topic = TopicState(
+                    name=name,
+                    topic_id=uuid.uuid4().hex,
+                    partitions=[
+                        self._new_partition(p, assigned) for p, assigned in enumerate(placement)
+                    ],
+                    config=overrides,
+                    value_schema=value_schema,
+                )
+                self._persist(name, topic)
+                self.topics[name] = topic
+                self._start_replicas(topic, list(range(partitions)))
+                return Result(value=self._topic_metadata(topic))
+        except Exception as error:
+            return failure(error)
+
+    @staticmethod
+    def _new_partition(partition: int, nodes: list[str]) -> PartitionState:
+        replicas = list(range(len(nodes)))
+        return PartitionState(
+            partition=partition,
+            replicas=replicas,
+            nodes=dict(zip(replicas, nodes, strict=True)),
+            leader=replicas[0],
+            leader_epoch=0,
+            isr=list(replicas),
+        )
+
+    def _validated_config(self, config: dict[str, Any]) -> dict[str, Any]:
+        """Overrides under Kafka's dotted names, checked against LogConfig's rules."""
+        if not isinstance(config, dict):
+            raise InvalidConfigError(f"topic config must be a dict, not {type(config).__name__}")
+        validated = LogConfig().with_options(config)
+        return {
+            str(key).replace("_", "."): getattr(validated, str(key).replace(".", "_"))
+            for key in config
+        }
+
+    def delete_topic(self, name: str) -> Result:
+        """Delete a topic, its replica actors and their data."""
+        try:
+            with self._lock:
+                topic = self._topic(name)
+                self._persist(name, None)
+                del self.topics[name]
+                self._stop_replicas(topic, delete_data=True)
+                return Result()
+        except Exception as error:
+            return failure(error)
+
+    def create_partitions(self, name: str, total: int) -> Result:
+        """Grow a topic to ``total`` partitions (never shrinks, as in Kafka)."""
+        try:
+            with self._lock:
+                topic = self._topic(name)
+                validate_count(total, "partitions")
+                current = len(topic.partitions)
+                if total <= current:
+                    raise InvalidPartitionsError(
+                        f"topic {name!r} has {current} partitions; the new total {total} "
+                        "must be larger"
+                    )
+                rf = len(topic.partitions[0].replicas)
+                placement = place_replicas(
+                    alive_nodes(), total - current, rf, len(self.topics), first=current
+                )
+                for offset, assigned in enumerate(placement):
+                    topic.partitions.append(self._new_partition(current + offset, assigned))
+                self._persist(name, topic)
+                self._start_replicas(topic, list(range(current, total)))
+                return Result(value=self._topic_metadata(topic))
+        except Exception as error:
+            return failure(error)
+
+    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> Result:
+        """Change topic config keys; replicas apply them at once."""
+        try:
+            with self._lock:
+                topic = self._topic(name)
+                merged = {**topic.config, **self._validated_config(changes)}
+                self._effective_config(TopicState(name, "", [], merged))
+                topic.config = merged
+                self._persist(name, topic)
+                config = self._effective_config(topic).to_kafka()
+                handles = [
+                    self._handles[(name, p.partition, r)]
+                    for p in topic.partitions
+                    for r in p.replicas
+                ]
+                for response in ray.get([h.update_config.remote(config) for h in handles]):
+                    response.raise_for_error()
+                return Result(value=self._effective_config(topic).to_kafka())
+        except Exception as error:
+            return failure(error)
+
+    # ------------------------------------------------------------------ queries
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        """Topic names, sorted; internal topics only on request."""
+        with self._lock:
+            return sorted(n for n in self.topics if include_internal or not is_internal(n))
+
+    def metadata(self, names: list[str]) -> Result:
+        """TopicMetadata (leaders and their handles) for the named topics."""
+        try:
+            with self._lock:
+                return Result(value=[self._topic_metadata(self._topic(n)) for n in names])
+        except Exception as error:
+            return failure(error)
+
+    def describe_topic(self, name: str) -> Result:
+        """A TopicDescription with live offsets from each partition's leader."""
+        try:
+            with self._lock:
+                topic = self._topic(name)
+                leaders = [
+                    self._handles.get((name, p.partition, p.leader)) for p in topic.partitions
+                ]
+            states: list[dict[str, Any] | None] = []
+            for handle in leaders:
+                try:
+                    states.append(ray.get(handle.state.remote(), timeout=10) if handle else None)
+                except Exception:
+                    states.append(None)
+            partitions = [
+                PartitionDescription(
+                    partition=p.partition,
+                    leader=p.leader if state else -1,
+                    replicas=list(p.replicas),
+                    isr=list(p.isr),
+                    leader_epoch=p.leader_epoch,
+                    log_start_offset=state["log_start_offset"] if state else -1,
+                    high_watermark=state["high_watermark"] if state else -1,
+                    log_end_offset=state["log_end_offset"] if state else -1,
+                    nodes=dict(p.nodes),
+                )
+                for p, state in zip(topic.partitions, states, strict=True)
+            ]
+            return Result(
+                value=TopicDescription(
+                    name=name,
+                    partitions=partitions,
+                    config=self._effective_config(topic).to_kafka(),
+                    schema=topic.schema(),
+                    topic_id=topic.topic_id,
+                )
+            )
+        except Exception as error:
+            return failure(error)
+
+    def status(self) -> dict[str, Any]:
+        """Cluster overview for ``raystream status``."""
+        with self._lock:
+            topics = list(self.topics.values())
+        offline = []
+        not_spread = []
+        for topic in topics:
+            for p in topic.partitions:
+                if not is_spread([p.nodes[r] for r in p.replicas]):
+                    not_spread.append(f"{topic.name}-{p.partition}")
+        return {
+            "namespace": self.namespace,
+            "data_dir": self.broker.data_dir,
+            "controller_node": self.node_id,
+            "controller_pid": os.getpid(),
+            "nodes": alive_nodes(),
+            "topics": len([t for t in topics if not is_internal(t.name)]),
+            "partitions": sum(len(t.partitions) for t in topics),
+            "replicas": len(self._handles),
+            "offline_partitions": offline,
+            "partitions_not_spread": not_spread,
+        }
+
+    def broker_config(self) -> dict[str, Any]:
+        """The cluster-wide settings in force."""
+        return dict(self.broker_options)
+
+    def _topic(self, name: str) -> TopicState:
+        if not isinstance(name, str):
+            raise InvalidRequestError(f"topic name must be a string, not {type(name).__name__}")
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return topic
+
+    def _topic_metadata(self, topic: TopicState) -> TopicMetadata:
+        return TopicMetadata(
+            name=topic.name,
+            topic_id=topic.topic_id,
+            partitions=[
+                PartitionMetadata(
+                    topic=topic.name,
+                    partition=p.partition,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    replicas=list(p.replicas),
+                    isr=list(p.isr),
+                    leader_handle=self._handles.get((topic.name, p.partition, p.leader)),
+                )
+                for p in topic.partitions
+            ],
+            config=self._effective_config(topic).to_kafka(),
+            value_schema=topic.schema(),
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def shutdown(self) -> Result:
+        """Close every replica cleanly and stop it; data stays on disk."""
+        with self._lock:
+            for topic in self.topics.values():
+                self._stop_replicas(topic, delete_data=False)
+            self._log.close()
+        return Result()
+
+    def ping(self) -> int:
+        """Liveness check; returns the controller's process id."""
+        return os.getpid()
+
+
+ControllerActor = ray.remote(max_concurrency=16)(Controller)
+"""The controller as a Ray actor class (the one place it becomes one)."""

@@ -1,0 +1,1 @@
+"""The clients: Producer, Consumer and Admin, and the connection to a cluster."""

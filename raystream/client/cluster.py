@@ -1,0 +1,196 @@
+"""Connecting to a raystream cluster: the embedded default or a running Ray cluster.
+
+:func:`connect` makes sure Ray is up (an existing ``ray.init``, a running local or
+remote cluster, or a local Ray started in this process) and that the namespace has a
+controller, starting one if needed. The :class:`Cluster` it returns is picklable: Ray
+tasks and actors receive it and reconnect by name.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raystream.actors import CONTROLLER_NAME, ControllerActor
+from raystream.client.transport import wait_result
+from raystream.config import BrokerConfig
+from raystream.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from raystream.protocol import Result, TopicMetadata
+
+DEFAULT_NAMESPACE = "raystream"
+CONTROL_TIMEOUT_S = 300
+
+
+def default_data_dir() -> str:
+    """Where a cluster keeps its data unless told otherwise: ``~/.raystream/data``."""
+    return os.path.join(os.path.expanduser("~"), ".raystream", "data")
+
+
+def connect(
+    address: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    data_dir: str | None = None,
+    broker_config: dict[str, Any] | None = None,
+    **ray_init_kwargs: Any,
+) -> Cluster:
+    """Connect to (or start) the raystream cluster of ``namespace``.
+
+    Args:
+        address: None uses the Ray already initialized in this process, else attaches
+            to a running local cluster (``raystream up``) or starts a local Ray in this
+            process (the embedded default, which stops with the process). "auto" or
+            "ray://..." attach to a running Ray cluster.
+        namespace: isolates raystream clusters sharing one Ray cluster.
+        data_dir: directory on each node for the logs (default ``~/.raystream/data``);
+            only used when this call starts the controller.
+        broker_config: cluster-wide settings (:class:`~raystream.config.BrokerConfig`
+            names) used when this call starts the controller.
+        **ray_init_kwargs: passed to ``ray.init`` when this call initializes Ray.
+
+    Raises:
+        InvalidConfigError: ``data_dir`` differs from the running cluster's.
+    """
+    if not ray.is_initialized():
+        ray_init_kwargs.setdefault("logging_level", "warning")
+        ray_init_kwargs.setdefault("log_to_driver", False)
+        ray.init(address=address, **ray_init_kwargs)
+    broker = BrokerConfig.from_kafka(
+        broker_config or {},
+        data_dir=os.path.abspath(os.path.expanduser(data_dir or default_data_dir())),
+    )
+    controller = ControllerActor.options(
+        name=CONTROLLER_NAME,
+        namespace=namespace,
+        lifetime="detached",
+        max_restarts=-1,
+        num_cpus=0,
+        get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        ),
+    ).remote(namespace, broker.to_kafka())
+    running = wait_result(controller.broker_config.remote(), CONTROL_TIMEOUT_S, "controller start")
+    if (
+        data_dir is not None
+        and os.path.abspath(os.path.expanduser(data_dir)) != running["data.dir"]
+    ):
+        raise InvalidConfigError(
+            f"data_dir {data_dir!r} differs from the running cluster's {running['data.dir']!r} "
+            f"in namespace {namespace!r}; stop it first (raystream down) or omit data_dir"
+        )
+    return Cluster(namespace, running["data.dir"], controller)
+
+
+class Cluster:
+    """A handle on one raystream cluster; picklable for Ray tasks and actors.
+
+    Caches topic metadata (leaders and their actor handles) so clients do not ask the
+    controller on every call; :meth:`topic_metadata` with ``refresh=True`` renews it
+    after a NotLeader / UnknownTopic / dead-actor error.
+    """
+
+    def __init__(self, namespace: str, data_dir: str, controller: Any) -> None:
+        self.namespace = namespace
+        self._data_dir = data_dir
+        self.controller = controller
+        self._metadata: dict[str, TopicMetadata] = {}
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reattach, (self.namespace, self._data_dir))
+
+    @property
+    def data_dir(self) -> str:
+        """Where this cluster keeps its data (the same path on every node)."""
+        return self._data_dir
+
+    def call(self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S) -> Any:
+        """Call a controller method and return its value, raising its error."""
+        answer = wait_result(
+            getattr(self.controller, method).remote(*args), timeout_s, f"controller.{method}"
+        )
+        return answer.unwrap() if isinstance(answer, Result) else answer
+
+    def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:
+        """The cached metadata of ``topic`` (fetched from the controller when missing).
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic does not exist.
+        """
+        with self._lock:
+            cached = self._metadata.get(topic)
+        if cached is not None and not refresh:
+            return cached
+        (metadata,) = self.call("metadata", [topic])
+        with self._lock:
+            self._metadata[topic] = metadata
+        return metadata
+
+    def forget(self, topic: str) -> None:
+        """Drop cached metadata of ``topic``."""
+        with self._lock:
+            self._metadata.pop(topic, None)
+
+    def partitions_for(self, topic: str) -> int:
+        """How many partitions ``topic`` has (from the cache)."""
+        return len(self.topic_metadata(topic).partitions)
+
+    def require_partition(self, topic: str, partition: int) -> Any:
+        """The partition's metadata, or UnknownTopicOrPartitionError naming it."""
+        metadata = self.topic_metadata(topic)
+        if not isinstance(partition, int) or not 0 <= partition < len(metadata.partitions):
+            metadata = self.topic_metadata(topic, refresh=True)
+            if not isinstance(partition, int) or not 0 <= partition < len(metadata.partitions):
+                raise UnknownTopicOrPartitionError(
+                    f"partition {partition!r} of topic {topic!r} does not exist "
+                    f"(it has {len(metadata.partitions)})"
+                )
+        return metadata.partitions[partition]
+
+    def admin(self) -> Any:
+        """An Admin client for this cluster."""
+        from raystream.client.admin import Admin
+
+        return Admin(cluster=self)
+
+    def producer(self, **config: Any) -> Any:
+        """A Producer for this cluster (see :class:`raystream.Producer`)."""
+        from raystream.client.producer import Producer
+
+        return Producer(cluster=self, **config)
+
+    def consumer(self, *topics: str, **config: Any) -> Any:
+        """A Consumer for this cluster (see :class:`raystream.Consumer`)."""
+        from raystream.client.consumer import Consumer
+
+        return Consumer(*topics, cluster=self, **config)
+
+    def status(self) -> dict[str, Any]:
+        """The controller's overview: nodes, topics, partitions, warnings."""
+        return self.call("status")
+
+    def shutdown(self) -> None:
+        """Stop raystream's actors (controller and replicas); data stays on disk."""
+        self.call("shutdown")
+        ray.kill(self.controller, no_restart=True)
+        with self._lock:
+            self._metadata.clear()
+
+    def __repr__(self) -> str:
+        return f"Cluster(namespace={self.namespace!r}, data_dir={self._data_dir!r})"
+
+
+def _reattach(namespace: str, data_dir: str) -> Cluster:
+    if not ray.is_initialized():
+        ray.init(address="auto")
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    return Cluster(namespace, data_dir, controller)
+
+
+def resolve_cluster(cluster: Cluster | None) -> Cluster:
+    """The given cluster, or :func:`connect`'s default one."""
+    return connect() if cluster is None else cluster

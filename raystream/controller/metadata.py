@@ -1,0 +1,129 @@
+"""Cluster metadata as plain data: topics, partitions, replicas, leaders, epochs.
+
+The controller keeps one :class:`TopicState` per topic and persists it, whole, as a
+record keyed by the topic name in a compacted metadata log (a tombstone when the topic
+is deleted). Replaying that log rebuilds the metadata: the log stores its own metadata,
+as KRaft does in Kafka.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from raystream.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+)
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_PREFIX = "__"
+
+
+def validate_topic_name(name: object) -> str:
+    """Check a topic name against Kafka's rules and return it.
+
+    Raises:
+        InvalidTopicError: naming the name and the rule it breaks.
+    """
+    if not isinstance(name, str):
+        raise InvalidTopicError(f"topic name must be a string, not {type(name).__name__}")
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name {name[:40]!r}... is {len(name)} characters, over {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+    return name
+
+
+def validate_count(value: object, what: str) -> int:
+    """Check a partition count or replication factor (an int >= 1) and return it."""
+    error = InvalidPartitionsError if what == "partitions" else InvalidReplicationFactorError
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise error(f"{what} must be an integer, not {value!r}")
+    if value < 1:
+        raise error(f"{what} must be >= 1, not {value}")
+    return value
+
+
+def is_internal(name: str) -> bool:
+    """Internal topics (consumer offsets, transaction state) start with ``__``."""
+    return name.startswith(INTERNAL_PREFIX)
+
+
+@dataclass
+class PartitionState:
+    """One partition's replica set and leadership.
+
+    Attributes:
+        replicas: replica ids, the preferred leader first.
+        nodes: replica id -> Ray node id the replica is pinned to.
+        leader: replica id of the leader, -1 when offline.
+        leader_epoch: bumped at every leader change.
+        isr: replica ids in sync with the leader.
+        partition_epoch: bumped at every change of this state (fences stale updates).
+    """
+
+    partition: int
+    replicas: list[int]
+    nodes: dict[int, str]
+    leader: int
+    leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+    partition_epoch: int = 0
+
+
+@dataclass
+class TopicState:
+    """A topic as the controller knows it.
+
+    ``config`` holds only the overrides given at creation or alteration (Kafka's dotted
+    names); ``value_schema`` is the serialized Arrow schema of a typed topic.
+    """
+
+    name: str
+    topic_id: str
+    partitions: list[PartitionState]
+    config: dict[str, Any] = field(default_factory=dict)
+    value_schema: bytes | None = None
+
+    def schema(self) -> pa.Schema | None:
+        """The typed topic's value schema, or None for a byte topic."""
+        if self.value_schema is None:
+            return None
+        return pa.ipc.read_schema(pa.py_buffer(self.value_schema))
+
+    def to_json(self) -> str:
+        """The state as a metadata-log record value."""
+        data = asdict(self)
+        data["value_schema"] = (
+            None if self.value_schema is None else base64.b64encode(self.value_schema).decode()
+        )
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TopicState:
+        """Rebuild a state from :meth:`to_json`'s output."""
+        data = json.loads(text)
+        partitions = [
+            PartitionState(**{**p, "nodes": {int(k): v for k, v in p["nodes"].items()}})
+            for p in data.pop("partitions")
+        ]
+        schema = data.pop("value_schema")
+        return cls(
+            partitions=partitions,
+            value_schema=None if schema is None else base64.b64decode(schema),
+            **data,
+        )

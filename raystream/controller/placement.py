@@ -1,0 +1,44 @@
+"""Where replicas go: spread over Ray nodes, one replica of a partition per node.
+
+Kafka's rack-unaware assignment, adapted: partition ``p``'s preferred leader goes to
+node ``(start + p) % n`` and its followers to the following nodes, so leaders and
+replicas spread evenly and no node holds two replicas of one partition while there are
+enough nodes. With fewer nodes than replicas, replicas share nodes (the controller
+reports such partitions as not spread).
+
+Example:
+    nodes [a, b, c], 4 partitions, replication factor 2, start 0:
+    p0 -> [a, b], p1 -> [b, c], p2 -> [c, a], p3 -> [a, b]
+"""
+
+from __future__ import annotations
+
+
+def place_replicas(
+    nodes: list[str], partitions: int, replication_factor: int, start: int = 0, first: int = 0
+) -> list[list[str]]:
+    """Nodes for each new partition's replicas, preferred leader first.
+
+    Args:
+        nodes: live node ids, in a stable order.
+        partitions: how many partitions to place.
+        replication_factor: replicas per partition.
+        start: rotation, so that topics do not all put their leaders on one node.
+        first: index of the first partition placed (when adding partitions).
+
+    Raises:
+        ValueError: no nodes.
+    """
+    if not nodes:
+        raise ValueError("no alive nodes to place replicas on")
+    n = len(nodes)
+    placement = []
+    for p in range(first, first + partitions):
+        leader = (start + p) % n
+        placement.append([nodes[(leader + r) % n] for r in range(replication_factor)])
+    return placement
+
+
+def is_spread(assigned: list[str]) -> bool:
+    """Whether every replica of a partition is on a different node."""
+    return len(set(assigned)) == len(assigned)

@@ -1,0 +1,239 @@
+"""How records are laid out as Arrow data in a topic.
+
+Every topic stores record batches with four columns::
+
+    key        binary                                  (null: no key)
+    value      binary, or struct<schema> (typed topic) (null: tombstone)
+    timestamp  int64, milliseconds since the epoch
+    headers    list<struct<key: string, value: binary>>
+
+A typed topic (created with an Arrow schema) keeps its values as a struct column of
+that schema, so consumers, Ray Data and Spark get real columns, and the storage
+engine's conventions (``key`` for compaction, ``value`` null for tombstones,
+``timestamp`` for the time index) hold for every topic. These helpers build such
+batches on the client and turn fetched tables back into records; none of them loops
+over records in Python except where the per-record API demands it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raystream.errors import InvalidRecordError
+from raystream.types import ConsumerRecord
+
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+BYTES_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.int64()),
+        ("headers", HEADERS_TYPE),
+    ]
+)
+META_COLUMNS = ("key", "timestamp", "headers")
+
+
+def record_schema(value_schema: pa.Schema | None) -> pa.Schema:
+    """The stored schema of a topic: bytes values, or a struct of ``value_schema``."""
+    if value_schema is None:
+        return BYTES_SCHEMA
+    return pa.schema(
+        [
+            ("key", pa.binary()),
+            ("value", pa.struct(list(value_schema))),
+            ("timestamp", pa.int64()),
+            ("headers", HEADERS_TYPE),
+        ]
+    )
+
+
+def build_batch(
+    schema: pa.Schema,
+    keys: Sequence[bytes | None],
+    values: Sequence[Any],
+    timestamps: Sequence[int],
+    headers: Sequence[Sequence[tuple[str, bytes]] | None] | None,
+) -> pa.RecordBatch:
+    """A record batch of ``schema`` from per-record Python values (the producer's buffer).
+
+    Raises:
+        InvalidRecordError: a value does not fit the topic's schema; the message names
+            the first offending record's index and the reason.
+    """
+    value_type = schema.field("value").type
+    try:
+        value_array = pa.array(values, type=value_type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as error:
+        raise InvalidRecordError(_first_bad_value(values, value_type, error)) from None
+    if headers is None or not any(headers):
+        header_array = pa.nulls(len(keys), HEADERS_TYPE)
+    else:
+        header_array = pa.array(
+            [None if h is None else [(k, v) for k, v in h] for h in headers], type=HEADERS_TYPE
+        )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(keys, type=pa.binary()),
+            value_array,
+            pa.array(np.asarray(timestamps, dtype=np.int64)),
+            header_array,
+        ],
+        schema=schema,
+    )
+
+
+def _first_bad_value(values: Sequence[Any], value_type: pa.DataType, error: Exception) -> str:
+    for index, value in enumerate(values):
+        try:
+            pa.array([value], type=value_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as bad:
+            return f"record {index}: value {value!r:.80} does not fit {value_type}: {bad}"
+    return f"values do not fit {value_type}: {error}"
+
+
+def batch_from_table(
+    table: pa.Table | pa.RecordBatch,
+    schema: pa.Schema,
+    key_column: str | None,
+    now_ms: int,
+) -> pa.RecordBatch:
+    """Convert a user's table for ``send_batch`` into the topic's stored layout.
+
+    A byte topic takes columns ``value`` (binary or string) and optional ``key``,
+    ``headers``, ``timestamp``; a typed topic takes the schema's columns (extra
+    ``key``/``timestamp``/``headers`` columns are used as such when the schema does not
+    have them). ``key_column`` names the column holding keys.
+
+    Raises:
+        InvalidRecordError: a required column is missing or has the wrong type.
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise InvalidRecordError(
+            f"send_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}"
+        )
+    rows = table.num_rows
+    value_type = schema.field("value").type
+    names = table.column_names
+    if pa.types.is_struct(value_type):
+        fields = [value_type.field(i) for i in range(value_type.num_fields)]
+        missing = [f.name for f in fields if f.name not in names]
+        if missing:
+            raise InvalidRecordError(f"table lacks the topic's columns {missing}; has {names}")
+        try:
+            columns = [table.column(f.name).cast(f.type) for f in fields]
+            value = pa.StructArray.from_arrays([c.combine_chunks() for c in columns], fields=fields)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise InvalidRecordError(f"table does not fit the topic's schema: {error}") from None
+        own = {f.name for f in fields}
+    else:
+        if "value" not in names:
+            raise InvalidRecordError(f"a byte topic needs a 'value' column; table has {names}")
+        value = _as_binary(table.column("value"), "value")
+        own = {"value"}
+    key_name = key_column or ("key" if "key" in names and "key" not in own else None)
+    if key_name is not None and key_name not in names:
+        raise InvalidRecordError(f"key_column {key_name!r} is not a column of the table {names}")
+    key = (
+        pa.nulls(rows, pa.binary())
+        if key_name is None
+        else _as_binary(table.column(key_name), key_name)
+    )
+    if "timestamp" in names and "timestamp" not in own:
+        timestamp = table.column("timestamp")
+        if pa.types.is_timestamp(timestamp.type):
+            timestamp = timestamp.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())
+        timestamp = timestamp.cast(pa.int64()).combine_chunks().fill_null(now_ms)
+    else:
+        timestamp = pa.array(np.full(rows, now_ms, dtype=np.int64))
+    if "headers" in names and "headers" not in own:
+        headers = table.column("headers").cast(HEADERS_TYPE).combine_chunks()
+    else:
+        headers = pa.nulls(rows, HEADERS_TYPE)
+    return pa.RecordBatch.from_arrays([key, value, timestamp, headers], schema=schema)
+
+
+def _as_binary(column: pa.ChunkedArray | pa.Array, name: str) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_binary(column.type):
+        return column
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return column.cast(pa.binary())
+    if pa.types.is_large_binary(column.type):
+        return column.cast(pa.binary())
+    raise InvalidRecordError(f"column {name!r} must be binary or string, not {column.type}")
+
+
+def to_consumer_records(
+    table: pa.Table,
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[Any], Any] | None = None,
+) -> list[ConsumerRecord]:
+    """Turn a fetched table into ConsumerRecords (the per-record consumer API)."""
+    count = table.num_rows
+    if count == 0:
+        return []
+    offsets = table.column("offset").to_pylist()
+    timestamps = table.column("timestamp").to_pylist()
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    header_column = table.column("headers")
+    if header_column.null_count == count:
+        headers: list[Any] = [[]] * count
+    else:
+        headers = [
+            [(h["key"], h["value"]) for h in hs] if hs else [] for hs in header_column.to_pylist()
+        ]
+    if key_deserializer is not None:
+        keys = [None if k is None else key_deserializer(k) for k in keys]
+    if value_deserializer is not None:
+        values = [None if v is None else value_deserializer(v) for v in values]
+    topics = [topic] * count
+    partitions = [partition] * count
+    types = [timestamp_type] * count
+    return list(
+        map(
+            ConsumerRecord._make,
+            zip(topics, partitions, offsets, timestamps, types, keys, values, headers, strict=True),
+        )
+    )
+
+
+def to_user_table(table: pa.Table, topic: str, partition: int) -> pa.Table:
+    """A fetched table in the columnar consumer layout.
+
+    Columns: topic, partition, offset, timestamp, key, then ``value`` (byte topics) or
+    the typed topic's own columns, then headers.
+    """
+    count = table.num_rows
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        "topic": pa.repeat(pa.scalar(topic, pa.string()), count)
+        if count
+        else pa.array([], pa.string()),
+        "partition": pa.array(np.full(count, partition, dtype=np.int32)),
+        "offset": table.column("offset"),
+        "timestamp": table.column("timestamp"),
+        "key": table.column("key"),
+    }
+    value = table.column("value")
+    if pa.types.is_struct(value.type):
+        for i in range(value.type.num_fields):
+            name = value.type.field(i).name
+            columns[name] = pa.chunked_array(
+                [chunk.flatten()[i] for chunk in value.chunks], type=value.type.field(i).type
+            )
+    else:
+        columns["value"] = value
+    columns["headers"] = table.column("headers")
+    return pa.table(columns)
