@@ -1,0 +1,75 @@
+"""raystream: a Kafka-grade streaming log whose servers are Ray actors.
+
+Topics split into partitions; each partition is an ordered, durable log of Arrow record
+batches served by replica actors and managed by a controller actor. The public names
+follow kafka-python::
+
+    import raystream as rs
+
+    cluster = rs.connect()                        # embedded local cluster by default
+    cluster.admin().create_topic("orders", partitions=3)
+    producer = cluster.producer()
+    producer.send("orders", b"hello", key=b"customer-1").get()
+    consumer = cluster.consumer("orders", auto_offset_reset="earliest")
+    for record in consumer: ...
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from raystream import errors
+from raystream.types import (
+    ConsumerRecord,
+    GroupDescription,
+    PartitionDescription,
+    RecordMetadata,
+    TopicDescription,
+    TopicPartition,
+)
+
+if TYPE_CHECKING:
+    from raystream.client.admin import Admin
+    from raystream.client.cluster import Cluster, connect
+    from raystream.client.consumer import Consumer
+    from raystream.client.producer import Producer
+    from raystream.log import Log, LogConfig
+
+__version__ = "0.1.0"
+
+# Names that need Ray (or the storage engine) are imported on first use, so that
+# ``import raystream.log`` stays a plain library import without Ray.
+_LAZY = {
+    "Admin": "raystream.client.admin",
+    "Cluster": "raystream.client.cluster",
+    "connect": "raystream.client.cluster",
+    "Consumer": "raystream.client.consumer",
+    "Producer": "raystream.client.producer",
+    "Log": "raystream.log",
+    "LogConfig": "raystream.log",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raystream' has no attribute {name!r}")
+
+__all__ = [
+    "Admin",
+    "Cluster",
+    "Consumer",
+    "ConsumerRecord",
+    "GroupDescription",
+    "Log",
+    "LogConfig",
+    "PartitionDescription",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+    "__version__",
+    "connect",
+    "errors",
+]

@@ -114,3 +114,130 @@ class BrokerConfig(KafkaConfig):
         ):
             value = getattr(self, name)
             require(value >= 1, "broker config", name, value, "must be >= 1")
+
+
+ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
+"""The ``acks`` values a producer accepts, normalized to 0, 1 or -1 (all in-sync replicas)."""
+
+COMPRESSION_TYPES = (None, "lz4", "zstd")
+"""Codecs a producer may ask the leader to store its batches with (None: uncompressed)."""
+
+
+def normalize_acks(acks: Any) -> int:
+    """``acks`` as 0, 1 or -1 ("all").
+
+    Raises:
+        InvalidRequestError: ``acks`` is none of 0, 1, "all", -1 (or "0", "1", "-1").
+    """
+    from raystream.errors import InvalidRequestError
+
+    try:
+        normalized = None if isinstance(acks, (bool, float)) else ACKS.get(acks)
+    except TypeError:  # unhashable
+        normalized = None
+    if normalized is None:
+        raise InvalidRequestError(f"producer config acks={acks!r}: use 0, 1, 'all' or -1")
+    return normalized
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerConfig(KafkaConfig):
+    """A producer's settings (kafka-python's names; Kafka's defaults).
+
+    Attributes:
+        acks: 0 (do not wait), 1 (the leader appended) or -1 (every in-sync replica has
+            it); "all", "0", "1" and "-1" are accepted and normalized to these ints.
+        linger_ms: how long a batch waits for more records before it is sent.
+        batch_size: bytes of records that make a batch full (sent without lingering).
+        compression_type: None, "lz4" or "zstd"; the leader stores each batch with it.
+        enable_idempotence: accepted; sequence numbers are not implemented yet, so a
+            retried batch may be written twice.
+        transactional_id: must be None (transactions are not supported yet).
+        retries: how many times a batch is resent after a retriable error.
+        delivery_timeout_ms: upper bound from ``send()`` to success or failure,
+            retries included.
+        request_timeout_ms: how long one produce request may take.
+        max_request_size: bytes one request (and so one record) may have at most.
+        partitioner: None (Kafka's default) or a kafka-python style callable.
+        key_serializer, value_serializer: callables applied in ``send()``.
+        max_in_flight_requests_per_connection: unanswered requests per partition.
+        retry_backoff_ms: pause before a retry (after a metadata refresh).
+        buffer_memory: bytes of unsent records before ``send()`` blocks.
+        max_block_ms: how long ``send()`` blocks for buffer space before it fails.
+    """
+
+    acks: int = -1
+    linger_ms: int = 5
+    batch_size: int = 65_536
+    compression_type: str | None = None
+    enable_idempotence: bool = True
+    transactional_id: str | None = None
+    retries: int = 2_147_483_647
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
+    max_request_size: int = 1_048_576
+    partitioner: Any = None
+    key_serializer: Any = None
+    value_serializer: Any = None
+    max_in_flight_requests_per_connection: int = 5
+    retry_backoff_ms: int = 100
+    buffer_memory: int = 33_554_432
+    max_block_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acks", normalize_acks(self.acks))
+        owner = "producer config"
+        for name, low in (
+            ("linger_ms", 0),
+            ("batch_size", 1),
+            ("retries", 0),
+            ("delivery_timeout_ms", 1),
+            ("request_timeout_ms", 1),
+            ("max_request_size", 1),
+            ("max_in_flight_requests_per_connection", 1),
+            ("retry_backoff_ms", 0),
+            ("buffer_memory", 1),
+            ("max_block_ms", 0),
+        ):
+            value = getattr(self, name)
+            require(
+                isinstance(value, int) and not isinstance(value, bool),
+                owner,
+                name,
+                value,
+                "expected an integer",
+            )
+            require(value >= low, owner, name, value, f"must be >= {low}")
+        require(
+            isinstance(self.enable_idempotence, bool),
+            owner,
+            "enable_idempotence",
+            self.enable_idempotence,
+            "expected true or false",
+        )
+        require(
+            self.compression_type in COMPRESSION_TYPES,
+            owner,
+            "compression_type",
+            self.compression_type,
+            "use None, 'lz4' or 'zstd'",
+        )
+        require(
+            self.transactional_id is None or isinstance(self.transactional_id, str),
+            owner,
+            "transactional_id",
+            self.transactional_id,
+            "expected a string or None",
+        )
+        for name in ("partitioner", "key_serializer", "value_serializer"):
+            value = getattr(self, name)
+            require(value is None or callable(value), owner, name, value, "must be callable")
+
+    def with_options(
+        self, options: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> ProducerConfig:
+        """A copy with options changed; ``acks`` may be given as "all" or text."""
+        merged = {**dict(options or {}), **kwargs}
+        if "acks" in merged:
+            merged["acks"] = normalize_acks(merged["acks"])
+        return super().with_options(merged)

@@ -96,6 +96,9 @@ class PartitionReplica:
         self.role = ROLE_LEADER
         self.leader_epoch = leader_epoch
         self.high_watermark = self.log.log_end_offset
+        self._empty = record_schema.empty_table().append_column(
+            "offset", pa.array([], pa.int64())
+        )
         self._arrived: asyncio.Event | None = None
         self._housekeeping: asyncio.Task | None = None
 
@@ -202,6 +205,8 @@ class PartitionReplica:
                     await asyncio.wait_for(self._arrived.wait(), remaining)
                 except asyncio.TimeoutError:
                     pass
+            if not table.num_rows:
+                table = self._empty
             return FetchResponse(
                 records=table,
                 high_watermark=self.high_watermark,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import ray
@@ -18,7 +19,11 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raystream.actors import CONTROLLER_NAME, ControllerActor
 from raystream.client.transport import wait_result
 from raystream.config import BrokerConfig
-from raystream.errors import InvalidConfigError, UnknownTopicOrPartitionError
+from raystream.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    UnknownTopicOrPartitionError,
+)
 from raystream.protocol import Result, TopicMetadata
 
 DEFAULT_NAMESPACE = "raystream"
@@ -109,10 +114,26 @@ class Cluster:
         return self._data_dir
 
     def call(self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S) -> Any:
-        """Call a controller method and return its value, raising its error."""
-        answer = wait_result(
-            getattr(self.controller, method).remote(*args), timeout_s, f"controller.{method}"
-        )
+        """Call a controller method and return its value, raising its error.
+
+        While the controller restarts (Ray brings it back after a crash) the call is
+        retried until ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        backoff_s = 0.05
+        while True:
+            try:
+                answer = wait_result(
+                    getattr(self.controller, method).remote(*args),
+                    max(deadline - time.monotonic(), 0.001),
+                    f"controller.{method}",
+                )
+                break
+            except BrokerNotAvailableError:
+                if time.monotonic() + backoff_s >= deadline:
+                    raise
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 1.0)
         return answer.unwrap() if isinstance(answer, Result) else answer
 
     def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:

@@ -162,20 +162,30 @@ class PayloadEncoder:
     def __init__(self) -> None:
         self._schema: pa.Schema | None = None
         self._schema_message: pa.Buffer | None = None
+        self._has_dictionaries = False
 
     def encode(self, batch: pa.RecordBatch, compression: str | None) -> list[pa.Buffer | bytes]:
         """The payload pieces (schema message, batch message, end marker) for ``batch``."""
-        if compression is not None:
-            sink = pa.BufferOutputStream()
-            options = pa.ipc.IpcWriteOptions(compression=compression)
-            with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
-                writer.write_batch(batch)
-            return [sink.getvalue()]
         schema = batch.schema
         if self._schema is None or not schema.equals(self._schema, check_metadata=True):
             self._schema = schema
             self._schema_message = schema.serialize()
+            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+        if compression is not None or self._has_dictionaries:
+            # The stream writer also emits the dictionary messages the batch refers to.
+            sink = pa.BufferOutputStream()
+            options = pa.ipc.IpcWriteOptions(compression=compression)
+            with pa.ipc.new_stream(sink, schema, options=options) as writer:
+                writer.write_batch(batch)
+            return [sink.getvalue()]
         return [self._schema_message, batch.serialize(), END_OF_STREAM]
+
+
+def _has_dictionaries(data_type: pa.DataType) -> bool:
+    """Whether a type is, or nests, a dictionary type."""
+    if pa.types.is_dictionary(data_type):
+        return True
+    return any(_has_dictionaries(data_type.field(i).type) for i in range(data_type.num_fields))
 
 
 def payload_size(pieces: list[pa.Buffer | bytes]) -> int:
@@ -238,7 +248,7 @@ class PayloadDecoder:
     """
 
     def __init__(self, capacity: int = 64) -> None:
-        self._schemas: dict[bytes, pa.Schema] = {}
+        self._schemas: dict[bytes, tuple[pa.Schema, bool]] = {}
         self._capacity = capacity
 
     def decode(self, payload: pa.Buffer) -> pa.RecordBatch:
@@ -250,12 +260,17 @@ class PayloadDecoder:
         (metadata_size,) = _EPOCH.unpack_from(payload, 4)
         schema_end = 8 + metadata_size
         key = payload[:schema_end].to_pybytes()
-        schema = self._schemas.get(key)
-        if schema is None:
+        cached = self._schemas.get(key)
+        if cached is None:
             schema = pa.ipc.read_schema(pa.py_buffer(key))
+            cached = schema, any(_has_dictionaries(field.type) for field in schema)
             if len(self._schemas) >= self._capacity:
                 self._schemas.clear()
-            self._schemas[key] = schema
+            self._schemas[key] = cached
+        schema, has_dictionaries = cached
+        if has_dictionaries:
+            # Dictionary messages sit between the schema and the batch.
+            return schema, pa.ipc.open_stream(payload).read_next_batch()
         return schema, pa.ipc.read_record_batch(payload[schema_end:], schema)
 
 

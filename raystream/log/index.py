@@ -26,6 +26,14 @@ _PACK_OFFSET = struct.Struct("<ii").pack
 _PACK_TIME = struct.Struct("<qi").pack
 
 
+def _increasing(values: array, minimum: int) -> bool:
+    """Whether ``values`` increase strictly from at least ``minimum``."""
+    if not values:
+        return True
+    data = np.frombuffer(values, dtype=np.int64)
+    return bool(data[0] >= minimum and (len(data) == 1 or (np.diff(data) > 0).all()))
+
+
 class _IndexFile:
     """An append-only file of fixed-size entries with pending writes."""
 
@@ -116,6 +124,10 @@ class OffsetIndex:
         self._positions.append(position)
         self._file.add(_PACK_OFFSET(offset - self.base_offset, position))
 
+    def is_sane(self) -> bool:
+        """Whether the loaded entries keep the invariant (else the file is garbage)."""
+        return _increasing(self._offsets, self.base_offset) and _increasing(self._positions, 0)
+
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry at or below ``offset`` as (offset, position); (base, 0) if none."""
         i = bisect.bisect_right(self._offsets, offset) - 1
@@ -195,6 +207,15 @@ class TimeIndex:
         self._timestamps.append(timestamp)
         self._offsets.append(offset)
         self._file.add(_PACK_TIME(timestamp, offset - self.base_offset))
+
+    def is_sane(self, last_offset: int) -> bool:
+        """Whether the entries increase and stop at ``last_offset`` (the offset index's
+        last entry: both indexes gain entries together)."""
+        if self._offsets and self._offsets[-1] > last_offset:
+            return False
+        return _increasing(self._timestamps, -(2**63)) and _increasing(
+            self._offsets, self.base_offset
+        )
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which to scan for the first record with timestamp >= target."""

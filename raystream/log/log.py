@@ -413,9 +413,14 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or past the end.
             CorruptRecordError: a batch fails its checksum.
         """
-        stored = self.read_batches(start_offset, max_bytes, max_offset)
-        limit = self.log_end_offset if max_offset is None else max_offset
-        return self.to_table(stored, start_offset, limit)
+        while True:
+            stored = self.read_batches(start_offset, max_bytes, max_offset)
+            limit = self.log_end_offset if max_offset is None else max_offset
+            table = self.to_table(stored, start_offset, limit)
+            if table.num_rows or not stored:
+                return table
+            # Compaction left the first batch no row from start_offset on: skip past it.
+            start_offset = stored[0].header.next_offset
 
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
@@ -504,12 +509,12 @@ class Log:
             if offset <= self._log_start_offset:
                 self.truncate_fully_and_start_at(offset)
                 return
-            while self._segments[-1].base_offset >= offset:
+            while self._segments and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
                 self._bases.pop()
-            segment = self._segments[-1]
-            found = segment.translate(offset)
+            found = self._segments[-1].translate(offset) if self._segments else None
             if found is not None:
+                segment = self._segments[-1]
                 position, header = found
                 prefix = None
                 if header.base_offset < offset:
@@ -520,13 +525,19 @@ class Log:
                     decoded = self._decoder.decode(payload)
                     rows = batch_offsets(header, decoded)
                     keep = rows < offset
-                    prefix = rewrite_batch(
-                        header, decoded, rows, keep, int(rows[keep][-1]) - header.base_offset
-                    )
+                    if keep.any():  # a compacted batch may keep no row below offset
+                        prefix = rewrite_batch(
+                            header, decoded, rows, keep, int(rows[keep][-1]) - header.base_offset
+                        )
                 segment.truncate_at(position, header)
                 if prefix is not None:
                     encoded, payload = prefix
                     segment.append(encoded, payload, BatchHeader(*HEADER.unpack(encoded)))
+            if not self._segments or self._segments[-1].next_offset < offset:
+                # Compaction removed the records right below offset: the log still ends there.
+                segment = self._new_segment(offset)
+                self._segments.append(segment)
+                self._bases.append(offset)
             self.leader_epochs.truncate_from_end(offset)
             self._recovery_point = min(self._recovery_point, offset)
             self._write_recovery_point()

@@ -183,12 +183,16 @@ class LogSegment:
             start_offset, position = self.index.last()
             self.max_timestamp = self.time_index.last_timestamp()
             self.next_offset = start_offset if len(self.index) else self.base_offset
-            first = next(self.headers(0), None)
-            if first is not None:
-                self.rolling_timestamp = first[1].max_timestamp
-            for _, header in self.headers(position):
-                self.next_offset = header.next_offset
-                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            try:
+                first = next(self.headers(0), None)
+                if first is not None:
+                    self.rolling_timestamp = first[1].max_timestamp
+                for _, header in self.headers(position):
+                    self.next_offset = header.next_offset
+                    self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            except CorruptRecordError:
+                # The file lost bytes behind the index's back: check it all after all.
+                return self.recover()
             self._bytes_since_index_entry = self.size - position
             return 0
         return self.recover()
@@ -225,7 +229,9 @@ class LogSegment:
     def _index_is_sane(self) -> bool:
         offset, position = self.index.last()
         if len(self.index) == 0:
-            return self.size == 0 or position == 0
+            return self.size == 0 and len(self.time_index) == 0
+        if not (self.index.is_sane() and self.time_index.is_sane(offset)):
+            return False
         if position >= self.size:
             return False
         try:

@@ -1,0 +1,831 @@
+"""The producer's record buffers, the Arrow batches built from them, and record futures.
+
+``send()`` must cost a few microseconds, so it does no Arrow work and no hashing: it
+appends the record's fields to plain Python lists of an open *chunk* (one per topic)
+under one lock and returns a :class:`FutureRecordMetadata` that is just (chunk result,
+index). Each record also gets a partition marker: the explicit partition, or
+:data:`STICKY` (keyless) or :data:`BY_KEY` (keyed) when the default partitioner decides.
+
+A chunk is *sealed* when it holds ``batch_size`` bytes (``batch_size`` times partitions once
+it holds keyed or explicitly partitioned records, so each partition's share comes out
+near ``batch_size``), and the sender takes sealed chunks, and open ones older than
+``linger_ms``, through :meth:`RecordAccumulator.drain`. :func:`build_requests` then
+turns a chunk into produce requests with Arrow doing the per-record work:
+
+1. one RecordBatch of the topic's layout from the lists (``records.build_batch``);
+2. partitions: every keyed record's partition from one vectorized murmur2 over the key
+   column (:func:`~raystream.client.partitioner.partitions_for_keys`), every keyless
+   record to the topic's sticky partition, after which the partitioner is told the
+   sticky batch is done (KIP-480: the next chunk sticks elsewhere);
+3. a stable sort by partition (Arrow ``take``) and slices of at most
+   ``max_request_size`` bytes, one request each.
+
+Record ``i`` of a chunk is then row ``rank(i)`` of the sorted batch, inside exactly one
+request, so its :class:`~raystream.types.RecordMetadata` is computed only when asked
+for: ``partition`` of the request, ``offset = base_offset + rank(i) - request.start``.
+Completing a request is O(1); completing a chunk runs only the callbacks users added.
+
+Worked example (3 partitions): records ``[k1→p2, None, k2→p0, k3→p2]`` with sticky
+partition 1 get partitions ``[2, 1, 0, 2]``; the stable order is ``[2, 1, 0, 3]``, so
+the requests are p0: rows {2}, p1: rows {1}, p2: rows {0, 3}; if p2 answers base offset
+40, record 3 is at offset 41.
+
+Invariants: records of one partition keep their ``send()`` order inside a chunk, and
+chunks of a topic are drained in creation order. Everything here is thread-safe where
+it says so and never calls Ray; time comes from an injected clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raystream.client.partitioner import partitions_for_keys
+from raystream.errors import (
+    IllegalStateError,
+    InvalidRecordError,
+    RaystreamTimeoutError,
+    RecordTooLargeError,
+)
+from raystream.records import build_batch
+from raystream.types import RecordMetadata
+
+logger = logging.getLogger(__name__)
+
+STICKY = -1
+"""Partition marker: a keyless record for the topic's sticky partition."""
+BY_KEY = -2
+"""Partition marker: a keyed record whose partition murmur2 decides at drain time."""
+
+RECORD_OVERHEAD_BYTES = 24
+"""Bytes a record costs beyond its key, value and headers (Arrow offsets, timestamp)."""
+
+MAX_CHUNK_BYTES = 16 << 20
+"""A chunk spread over many partitions is sealed at this size at the latest."""
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """What the producer needs of a topic: partitions, layout, leaders.
+
+    Built from the cluster's :class:`~raystream.protocol.TopicMetadata`; replaced, never
+    mutated, when metadata is refreshed.
+    """
+
+    name: str
+    num_partitions: int
+    available_partitions: tuple[int, ...]
+    record_schema: pa.Schema
+    value_fields: frozenset[str] | None
+    required_fields: frozenset[str]
+    leaders: tuple[Any, ...]
+
+    @classmethod
+    def from_metadata(cls, metadata: Any) -> TopicInfo:
+        """From a TopicMetadata (``value_schema`` None means a byte topic)."""
+        schema = metadata.value_schema
+        fields = None if schema is None else frozenset(schema.names)
+        required = (
+            frozenset() if schema is None else frozenset(f.name for f in schema if not f.nullable)
+        )
+        leaders = tuple(p.leader_handle for p in metadata.partitions)
+        return cls(
+            name=metadata.name,
+            num_partitions=len(metadata.partitions),
+            available_partitions=tuple(
+                p.partition for p in metadata.partitions if p.leader_handle is not None
+            ),
+            record_schema=metadata.record_schema,
+            value_fields=fields,
+            required_fields=required,
+            leaders=leaders,
+        )
+
+    @property
+    def all_partitions(self) -> list[int]:
+        """Every partition number of the topic."""
+        return list(range(self.num_partitions))
+
+
+# ------------------------------------------------------------------------------ results
+
+
+class ProduceRequest:
+    """One partition's slice of a chunk (or of a ``send_batch`` table), sent as one call.
+
+    ``start`` is the slice's first row in the chunk's sorted batch; ``seq`` orders the
+    requests of a partition so retries go back in their original place.
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_offset",
+        "batch",
+        "created",
+        "error",
+        "last_error",
+        "log_append_time",
+        "partition",
+        "result",
+        "sent_at",
+        "seq",
+        "start",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        batch: pa.RecordBatch,
+        result: ProduceResult,
+        start: int,
+        created: float,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.batch = batch
+        self.result = result
+        self.start = start
+        self.created = created
+        self.seq = 0
+        self.attempts = 0
+        self.sent_at = 0.0
+        self.last_error: BaseException | None = None
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: BaseException | None = None
+
+    def complete(self, base_offset: int, log_append_time: int = -1) -> None:
+        """Record success (``base_offset`` -1 with acks=0)."""
+        self.base_offset = base_offset
+        self.log_append_time = log_append_time
+        self.batch = None
+        self.result._request_done()
+
+    def fail(self, error: BaseException) -> None:
+        """Record failure of every record in the request."""
+        self.error = error
+        self.batch = None
+        self.result._request_done()
+
+    def __repr__(self) -> str:
+        return f"ProduceRequest({self.topic}-{self.partition}, seq={self.seq}, start={self.start})"
+
+
+class ProduceResult:
+    """The shared outcome of one chunk: what every record future points at.
+
+    Thread-safe. ``done`` is set once every request of the chunk has completed or
+    failed (or the chunk failed as a whole); then the added callbacks run, on the
+    thread that completed the last request, and ``on_done`` (the accumulator's memory
+    release) is called.
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        size_bytes: int = 0,
+        on_done: Callable[[ProduceResult], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.size_bytes = size_bytes
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[tuple[int, Callable[[Any], Any], bool]] = []
+        self._on_done = on_done
+        self._pending = 0
+        self.error: BaseException | None = None
+        self.record_errors: dict[int, BaseException] = {}
+        self.requests: list[ProduceRequest] = []
+        self._starts: list[int] = []
+        self.timestamps: np.ndarray | None = None
+        self.row_of: np.ndarray | None = None  # record index -> batch row (-1 refused)
+        self.order: np.ndarray | None = None  # sorted row -> batch row
+        self._rank: np.ndarray | None = None  # batch row -> sorted row
+
+    # -------------------------------------------------------------- completion
+
+    def set_requests(
+        self,
+        requests: list[ProduceRequest],
+        timestamps: np.ndarray | None = None,
+        order: np.ndarray | None = None,
+        row_of: np.ndarray | None = None,
+    ) -> None:
+        """Attach the requests the records were split into (before any is sent)."""
+        self.requests = requests
+        self._starts = [r.start for r in requests]
+        self.timestamps = timestamps
+        self.order = order
+        self.row_of = row_of
+        self._pending = len(requests)
+        if not requests:
+            self._finish()
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every record (the chunk could not be built or sent at all)."""
+        self.error = error
+        self._finish()
+
+    def _request_done(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            last = self._pending == 0
+        if last:
+            self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            if self.done.is_set():
+                return
+            self.done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for index, fn, on_success in callbacks:
+            self._run_callback(index, fn, on_success)
+        if self._on_done is not None:
+            try:
+                self._on_done(self)
+            except Exception:
+                logger.exception("releasing a completed batch of %s failed", self.topic)
+
+    def add_callback(self, index: int, fn: Callable[[Any], Any], on_success: bool) -> None:
+        """Run ``fn`` with record ``index``'s metadata (or error, if not ``on_success``)."""
+        with self._lock:
+            if not self.done.is_set():
+                self._callbacks.append((index, fn, on_success))
+                return
+        self._run_callback(index, fn, on_success)
+
+    def _run_callback(self, index: int, fn: Callable[[Any], Any], on_success: bool) -> None:
+        try:
+            metadata = self.metadata(index)
+        except BaseException as error:
+            if not on_success:
+                _call_user(fn, error)
+            return
+        if on_success:
+            _call_user(fn, metadata)
+
+    # ------------------------------------------------------------------ lookup
+
+    def metadata(self, index: int) -> RecordMetadata:
+        """Record ``index``'s RecordMetadata, or raise its error (only once done)."""
+        if self.error is not None:
+            raise self.error
+        if self.record_errors:
+            error = self.record_errors.get(index)
+            if error is not None:
+                raise error
+        row = index if self.row_of is None else int(self.row_of[index])
+        if self.order is None:
+            rank = row
+        else:
+            if self._rank is None:
+                rank_of = np.empty(len(self.order), dtype=np.int64)
+                rank_of[self.order] = np.arange(len(self.order))
+                self._rank = rank_of
+            rank = int(self._rank[row])
+        request = self.requests[bisect.bisect_right(self._starts, rank) - 1]
+        if request.error is not None:
+            raise request.error
+        offset = -1 if request.base_offset < 0 else request.base_offset + rank - request.start
+        if request.log_append_time != -1:
+            timestamp = request.log_append_time
+        else:
+            timestamp = int(self.timestamps[index]) if self.timestamps is not None else -1
+        return RecordMetadata(self.topic, request.partition, offset, timestamp)
+
+
+def _call_user(fn: Callable[[Any], Any], arg: Any) -> None:
+    try:
+        fn(arg)
+    except Exception:  # a user's callback never kills the sender
+        logger.exception("producer callback %r raised", fn)
+
+
+class FutureRecordMetadata:
+    """The future of one sent record (kafka-python's ``FutureRecordMetadata``).
+
+    Cheap by design: a reference to the chunk's shared :class:`ProduceResult` and the
+    record's index; the RecordMetadata is computed when asked for. Callbacks run on the
+    producer's I/O thread (or at once, in the caller, when the record is already done);
+    an exception in a callback is logged and ignored.
+    """
+
+    __slots__ = ("_index", "_result")
+
+    def __init__(self, result: ProduceResult, index: int) -> None:
+        self._result = result
+        self._index = index
+
+    @property
+    def is_done(self) -> bool:
+        """Whether the record was acknowledged or failed."""
+        return self._result.done.is_set()
+
+    def succeeded(self) -> bool:
+        """Done and acknowledged."""
+        return self.is_done and self.exception is None
+
+    def failed(self) -> bool:
+        """Done and failed."""
+        return self.is_done and self.exception is not None
+
+    def retriable(self) -> bool:
+        """Failed with an error whose ``retriable`` flag is set."""
+        return bool(getattr(self.exception, "retriable", False))
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        """The RecordMetadata once succeeded, else None."""
+        if not self.is_done:
+            return None
+        try:
+            return self._result.metadata(self._index)
+        except BaseException:
+            return None
+
+    @property
+    def exception(self) -> BaseException | None:
+        """The error once failed, else None."""
+        if not self.is_done:
+            return None
+        try:
+            self._result.metadata(self._index)
+        except BaseException as error:
+            return error
+        return None
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Block until the record is acknowledged; return where it landed.
+
+        Raises:
+            RaystreamTimeoutError: not done within ``timeout`` seconds.
+            RaystreamError: the record failed (the error that failed it).
+        """
+        if not self._result.done.wait(timeout):
+            raise RaystreamTimeoutError(
+                f"record {self._index} of a batch for topic {self._result.topic!r} was not "
+                f"acknowledged within {timeout} s"
+            )
+        return self._result.metadata(self._index)
+
+    def add_callback(
+        self, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> FutureRecordMetadata:
+        """Call ``fn(*args, metadata, **kwargs)`` when the record succeeds."""
+        self._result.add_callback(self._index, _bind(fn, args, kwargs), True)
+        return self
+
+    def add_errback(
+        self, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> FutureRecordMetadata:
+        """Call ``fn(*args, exception, **kwargs)`` when the record fails."""
+        self._result.add_callback(self._index, _bind(fn, args, kwargs), False)
+        return self
+
+    def add_both(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FutureRecordMetadata:
+        """Call ``fn`` with the metadata or the exception, whichever comes."""
+        self.add_callback(fn, *args, **kwargs)
+        return self.add_errback(fn, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.is_done else ("ok" if self.exception is None else "failed")
+        return f"FutureRecordMetadata({self._result.topic!r}, {state})"
+
+
+def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Callable[[Any], Any]:
+    if not callable(fn):
+        raise TypeError(f"callback must be callable, not {type(fn).__name__}")
+    return functools.partial(fn, *args, **kwargs) if args or kwargs else fn
+
+
+# ------------------------------------------------------------------------------- chunks
+
+
+class Chunk:
+    """The records of one topic buffered since the last drain (plain Python lists)."""
+
+    __slots__ = (
+        "created",
+        "has_keys",
+        "headers",
+        "keys",
+        "limit_bytes",
+        "parts",
+        "result",
+        "size_bytes",
+        "timestamps",
+        "topic",
+        "values",
+    )
+
+    def __init__(self, topic: str, result: ProduceResult, created: float, limit_bytes: int) -> None:
+        self.topic = topic
+        self.result = result
+        self.created = created
+        self.limit_bytes = limit_bytes
+        self.keys: list[bytes | None] = []
+        self.values: list[Any] = []
+        self.timestamps: list[int] = []
+        self.parts: list[int] = []
+        self.headers: dict[int, list[tuple[str, bytes | None]]] = {}
+        self.has_keys = False
+        self.size_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+class BulkJob:
+    """Prebuilt requests (``send_batch``) queued behind the chunks drained before them."""
+
+    __slots__ = ("requests", "result", "topic")
+
+    def __init__(self, topic: str, result: ProduceResult, requests: list[ProduceRequest]) -> None:
+        self.topic = topic
+        self.result = result
+        self.requests = requests
+
+
+class RecordAccumulator:
+    """Per-topic chunks between ``send()`` and the sender; thread-safe.
+
+    ``send()`` threads call :meth:`append`; the sender thread calls :meth:`drain` and
+    waits on :attr:`wakeup` when idle. ``clock`` returns monotonic seconds.
+
+    Invariant: :attr:`buffered_bytes` is the size of every record appended and not yet
+    completed; :meth:`append` blocks while adding one would exceed ``buffer_memory``.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        linger_ms: int,
+        buffer_memory: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.buffer_memory = buffer_memory
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.wakeup = threading.Condition(self.lock)
+        self._space = threading.Condition(self.lock)
+        self._open: dict[str, Chunk] = {}
+        self._ready: deque[Chunk | BulkJob] = deque()
+        self._incomplete: set[ProduceResult] = set()
+        self.buffered_bytes = 0
+        self.flushes_in_progress = 0
+        self.closed = False
+
+    def append(
+        self,
+        topic: str,
+        num_partitions: int,
+        part: int,
+        key: bytes | None,
+        value: Any,
+        timestamp: int,
+        headers: list[tuple[str, bytes | None]] | None,
+        size: int,
+        max_block_ms: int,
+    ) -> FutureRecordMetadata:
+        """Buffer one validated record; block up to ``max_block_ms`` for buffer space.
+
+        Raises:
+            IllegalStateError: the producer is closed.
+            RaystreamTimeoutError: no buffer space within ``max_block_ms``.
+            RecordTooLargeError: the record alone exceeds ``buffer_memory``.
+        """
+        with self.lock:
+            if self.closed:
+                raise IllegalStateError("send() after the producer was closed")
+            if self.buffered_bytes + size > self.buffer_memory:
+                self._wait_for_space(topic, size, max_block_ms)
+            chunk = self._open.get(topic)
+            if chunk is None:
+                chunk = self._new_chunk(topic)
+            index = len(chunk.values)
+            chunk.values.append(value)
+            chunk.keys.append(key)
+            chunk.timestamps.append(timestamp)
+            chunk.parts.append(part)
+            if key is not None:
+                chunk.has_keys = True
+            if part != STICKY and chunk.limit_bytes == self.batch_size and num_partitions > 1:
+                chunk.limit_bytes = max(
+                    self.batch_size, min(self.batch_size * num_partitions, MAX_CHUNK_BYTES)
+                )
+            if headers:
+                chunk.headers[index] = headers
+            chunk.size_bytes += size
+            self.buffered_bytes += size
+            if chunk.size_bytes >= chunk.limit_bytes:
+                self._seal(chunk)
+            return FutureRecordMetadata(chunk.result, index)
+
+    def _new_chunk(self, topic: str) -> Chunk:
+        result = ProduceResult(topic, on_done=self._completed)
+        chunk = Chunk(topic, result, self.clock(), self.batch_size)
+        self._open[topic] = chunk
+        self._incomplete.add(result)
+        self.wakeup.notify()  # the sender learns of the new linger deadline
+        return chunk
+
+    def _seal(self, chunk: Chunk) -> None:
+        del self._open[chunk.topic]
+        chunk.result.size_bytes = chunk.size_bytes
+        self._ready.append(chunk)
+        self.wakeup.notify()
+
+    def _wait_for_space(self, topic: str, size: int, max_block_ms: int) -> None:
+        if size > self.buffer_memory:
+            raise RecordTooLargeError(
+                f"a record of {size} bytes exceeds buffer_memory={self.buffer_memory}"
+            )
+        open_chunk = self._open.get(topic)
+        if open_chunk is not None:
+            self._seal(open_chunk)  # send what is buffered now rather than lingering
+        deadline = self.clock() + max_block_ms / 1000
+        while self.buffered_bytes + size > self.buffer_memory:
+            if self.closed:
+                raise IllegalStateError("send() after the producer was closed")
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                raise RaystreamTimeoutError(
+                    f"no room for a record of {size} bytes in buffer_memory="
+                    f"{self.buffer_memory} ({self.buffered_bytes} bytes unsent) within "
+                    f"max_block_ms={max_block_ms}"
+                )
+            self._space.wait(remaining)
+
+    def _completed(self, result: ProduceResult) -> None:
+        with self.lock:
+            self._incomplete.discard(result)
+            self.buffered_bytes -= result.size_bytes
+            self._space.notify_all()
+
+    def add_bulk(self, job: BulkJob) -> None:
+        """Queue ``send_batch`` requests after everything ``send()`` buffered before."""
+        with self.lock:
+            if self.closed:
+                raise IllegalStateError("send_batch() after the producer was closed")
+            chunk = self._open.get(job.topic)
+            if chunk is not None:
+                self._seal(chunk)
+            self._ready.append(job)
+            self.wakeup.notify()
+
+    def drain(self, now: float) -> tuple[list[Chunk | BulkJob], float | None]:
+        """Take what is ready to send; also return when the next open chunk will be.
+
+        Ready: sealed chunks and bulk jobs, open chunks older than ``linger_ms``, and
+        every open chunk while a flush is in progress or the producer is closing.
+        Call with :attr:`lock` held.
+        """
+        ready = list(self._ready)
+        self._ready.clear()
+        next_deadline = None
+        everything = self.flushes_in_progress > 0 or self.closed
+        for topic, chunk in list(self._open.items()):
+            deadline = chunk.created + self.linger_s
+            if everything or deadline <= now:
+                del self._open[topic]
+                chunk.result.size_bytes = chunk.size_bytes
+                ready.append(chunk)
+            elif next_deadline is None or deadline < next_deadline:
+                next_deadline = deadline
+        return ready, next_deadline
+
+    def wait_for_work(self, timeout: float | None) -> None:
+        """Block until something may be ready to drain, or ``timeout`` seconds pass.
+
+        Checks under the lock, so a record appended just before cannot be missed: the
+        wait ends when a chunk is sealed, a bulk job or flush arrives, the producer
+        closes, or the oldest open chunk's linger expires.
+        """
+        with self.lock:
+            if self._ready or ((self.closed or self.flushes_in_progress) and self._open):
+                return
+            now = self.clock()
+            for chunk in self._open.values():
+                remaining = chunk.created + self.linger_s - now
+                if remaining <= 0:
+                    return
+                timeout = remaining if timeout is None else min(timeout, remaining)
+            self.wakeup.wait(timeout)
+
+    def take_all(self) -> list[Chunk | BulkJob]:
+        """Remove and return everything buffered (when the producer gives up on it)."""
+        with self.lock:
+            ready, _ = self.drain(float("inf"))
+            return ready
+
+    def begin_flush(self) -> list[ProduceResult]:
+        """Make every buffered record ready now; the results a flush must wait for."""
+        with self.lock:
+            self.flushes_in_progress += 1
+            self.wakeup.notify()
+            return list(self._incomplete)
+
+    def end_flush(self) -> None:
+        """Undo :meth:`begin_flush` once the flush is over."""
+        with self.lock:
+            self.flushes_in_progress -= 1
+
+    def close(self) -> None:
+        """Refuse new records; the sender drains what is buffered."""
+        with self.lock:
+            self.closed = True
+            self.wakeup.notify()
+            self._space.notify_all()
+
+    def incomplete(self) -> list[ProduceResult]:
+        """Results not done yet (buffered or in flight)."""
+        with self.lock:
+            return list(self._incomplete)
+
+
+# ---------------------------------------------------------------------- building batches
+
+
+def build_requests(
+    chunk: Chunk,
+    topic: TopicInfo,
+    partitioner: Any,
+    max_request_size: int,
+) -> list[ProduceRequest]:
+    """Turn a drained chunk into produce requests and attach them to its result.
+
+    Records whose value does not fit a typed topic's schema are refused one by one
+    (their futures fail with InvalidRecordError); the rest are sent.
+
+    Args:
+        chunk: a chunk no longer open (nothing appends to it any more).
+        topic: the topic's current metadata.
+        partitioner: has ``partition(topic, key, all, available)`` and
+            ``on_new_batch(topic, partition)``; decides the sticky partition.
+        max_request_size: bytes a request may have at most (approximately).
+
+    Returns:
+        The requests, in partition order then row order.
+    """
+    result = chunk.result
+    count = len(chunk.values)
+    timestamps = np.fromiter(chunk.timestamps, dtype=np.int64, count=count)
+    parts = np.fromiter(chunk.parts, dtype=np.int32, count=count)
+    keys: Sequence[bytes | None] = chunk.keys
+    values: Sequence[Any] = chunk.values
+    headers = _header_list(chunk.headers, count)
+    row_of = None
+    try:
+        batch = build_batch(topic.record_schema, keys, values, timestamps, headers)
+    except InvalidRecordError as error:
+        bad = _refuse_bad_values(values, topic.record_schema.field("value").type)
+        if not bad:
+            raise error from None
+        result.record_errors.update(bad)
+        keep = np.array([i for i in range(count) if i not in bad], dtype=np.int64)
+        row_of = np.full(count, -1, dtype=np.int64)
+        row_of[keep] = np.arange(len(keep))
+        keys = [keys[i] for i in keep]
+        values = [values[i] for i in keep]
+        headers = None if headers is None else [headers[i] for i in keep]
+        parts = parts[keep]
+        batch = build_batch(topic.record_schema, keys, values, timestamps[keep], headers)
+    chunk.keys = chunk.values = chunk.timestamps = chunk.parts = []  # free the buffers
+    chunk.headers = {}
+    if batch.num_rows == 0:
+        result.set_requests([], timestamps, None, row_of)
+        return []
+    parts = assign_partitions(parts, batch.column("key"), topic, partitioner)
+    requests, order = split_by_partition(
+        batch, parts, topic.name, result, chunk.created, max_request_size
+    )
+    result.set_requests(requests, timestamps, order, row_of)
+    return requests
+
+
+def _header_list(
+    headers: dict[int, list[tuple[str, bytes | None]]], count: int
+) -> list[Any] | None:
+    if not headers:
+        return None
+    out: list[Any] = [None] * count
+    for index, value in headers.items():
+        out[index] = value
+    return out
+
+
+def _refuse_bad_values(values: Sequence[Any], value_type: pa.DataType) -> dict[int, BaseException]:
+    bad: dict[int, BaseException] = {}
+    for index, value in enumerate(values):
+        try:
+            pa.array([value], type=value_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as error:
+            bad[index] = InvalidRecordError(
+                f"value {value!r:.80} does not fit the topic's schema {value_type}: {error}"
+            )
+    return bad
+
+
+def assign_partitions(
+    parts: np.ndarray, keys: pa.Array, topic: TopicInfo, partitioner: Any
+) -> np.ndarray:
+    """Resolve :data:`STICKY` and :data:`BY_KEY` markers into partition numbers.
+
+    Keyed rows are hashed together (murmur2, Kafka's mapping); keyless rows all go to
+    the topic's sticky partition, and the partitioner then moves on (the sticky batch is
+    done). ``parts`` is changed in place and returned.
+    """
+    keyed = parts == BY_KEY
+    if keyed.any():
+        parts[keyed] = partitions_for_keys(keys.filter(pa.array(keyed)), topic.num_partitions)
+    sticky = parts == STICKY
+    if sticky.any():
+        partition = partitioner.partition(
+            topic.name, None, topic.all_partitions, list(topic.available_partitions)
+        )
+        parts[sticky] = partition
+        partitioner.on_new_batch(topic.name, partition)
+    return parts
+
+
+def split_by_partition(
+    batch: pa.RecordBatch,
+    parts: np.ndarray,
+    topic: str,
+    result: ProduceResult,
+    created: float,
+    max_request_size: int,
+) -> tuple[list[ProduceRequest], np.ndarray | None]:
+    """Requests for ``batch`` whose row ``i`` goes to partition ``parts[i]``.
+
+    Rows are stably sorted by partition (None is returned as the order when they are
+    already, e.g. all in one partition); each partition's run is cut into slices of at
+    most about ``max_request_size`` bytes (estimated from the batch's average row).
+    """
+    rows = batch.num_rows
+    first = int(parts[0])
+    if rows == 0:
+        return [], None
+    order = None
+    if (parts == first).all():
+        bounds = [(first, 0, rows)]
+    else:
+        order = np.argsort(parts, kind="stable")
+        batch = batch.take(pa.array(order))
+        sorted_parts = parts[order]
+        edges = np.flatnonzero(np.diff(sorted_parts)) + 1
+        starts = np.concatenate([[0], edges])
+        stops = np.concatenate([edges, [rows]])
+        bounds = [
+            (int(sorted_parts[s]), int(s), int(e)) for s, e in zip(starts, stops, strict=True)
+        ]
+    per_request = rows_per_request(batch, max_request_size)
+    requests = []
+    for partition, start, stop in bounds:
+        for lo in range(start, stop, per_request):
+            hi = min(lo + per_request, stop)
+            requests.append(
+                ProduceRequest(topic, partition, batch.slice(lo, hi - lo), result, lo, created)
+            )
+    return requests, order
+
+
+def rows_per_request(batch: pa.RecordBatch, max_request_size: int) -> int:
+    """How many rows of ``batch`` fit in ``max_request_size`` bytes, by average row."""
+    rows = batch.num_rows
+    if rows == 0:
+        return 1
+    average = max(batch.nbytes / rows, 1.0)
+    return max(1, min(rows, int(max_request_size / average)))
+
+
+__all__ = [
+    "BY_KEY",
+    "RECORD_OVERHEAD_BYTES",
+    "STICKY",
+    "BulkJob",
+    "Chunk",
+    "FutureRecordMetadata",
+    "ProduceRequest",
+    "ProduceResult",
+    "RecordAccumulator",
+    "TopicInfo",
+    "assign_partitions",
+    "build_requests",
+    "rows_per_request",
+    "split_by_partition",
+]

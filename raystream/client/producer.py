@@ -1,0 +1,550 @@
+"""The Producer: kafka-python's ``KafkaProducer`` API over raystream's leader actors.
+
+``send()`` validates one record, buffers it in the
+:class:`~raystream.client.accumulator.RecordAccumulator` (a few list appends under a
+lock: no Arrow work, no hashing) and returns a
+:class:`~raystream.client.accumulator.FutureRecordMetadata`. The
+:class:`~raystream.client.sender.Sender` thread turns buffered records into one Arrow
+batch per partition and keeps produce calls in flight to the partitions' leaders.
+``send_batch()`` is the bulk path: a whole Arrow table is partitioned with numpy and
+sent as a few large requests, with no per-row Python.
+
+Partitioning (Kafka's default partitioner): an explicit ``partition=`` wins; a keyed
+record goes to ``murmur2(key) % partitions``, hashed at drain time for the whole batch
+at once; keyless records stick to one partition per batch (KIP-480). A custom
+``partitioner`` is called per record in ``send()``, as in kafka-python.
+
+Delivery: at least once. Retriable errors are retried after a metadata refresh until
+``delivery_timeout_ms``; ``enable_idempotence`` is accepted but sequence numbers are
+not implemented yet, so a retried batch can be written twice. Transactions
+(``transactional_id`` and the ``*_transaction`` methods) are not supported yet and
+raise :class:`~raystream.errors.UnsupportedError`.
+
+Example:
+    >>> with rs.connect().producer(acks=1) as producer:        # doctest: +SKIP
+    ...     producer.send("orders", b"hello", key=b"customer-1").get()
+    RecordMetadata(topic='orders', partition=2, offset=0, timestamp=1700000000000)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from raystream.client.accumulator import (
+    BY_KEY,
+    RECORD_OVERHEAD_BYTES,
+    STICKY,
+    BulkJob,
+    FutureRecordMetadata,
+    ProduceRequest,
+    ProduceResult,
+    RecordAccumulator,
+    TopicInfo,
+    assign_partitions,
+    rows_per_request,
+    split_by_partition,
+)
+from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.client.partitioner import DefaultPartitioner, resolve_partitioner
+from raystream.client.sender import Sender, TopicCache
+from raystream.config import ProducerConfig
+from raystream.errors import (
+    IllegalStateError,
+    InvalidRecordError,
+    InvalidRequestError,
+    RaystreamTimeoutError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+    UnsupportedError,
+)
+from raystream.records import batch_from_table
+from raystream.types import RecordMetadata
+
+logger = logging.getLogger(__name__)
+
+_TRANSACTIONS = (
+    "transactions are not supported by this raystream version yet; "
+    "create the producer without transactional_id"
+)
+
+
+class Producer:
+    """Sends records to topics (kafka-python's ``KafkaProducer``); thread-safe.
+
+    Args:
+        cluster: the cluster to produce to; None means :func:`raystream.connect`.
+        acks: 0, 1 or "all" (-1); see :class:`~raystream.config.ProducerConfig` for this
+            and every other option, which keep Kafka's names in snake_case.
+        max_block_ms: how long ``send()`` waits for ``buffer_memory`` to free up.
+
+    Raises:
+        InvalidRequestError: ``acks`` is not one of 0, 1, "all", -1.
+        InvalidConfigError: another option is invalid (the message names it).
+        UnsupportedError: ``transactional_id`` was given.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster | None = None,
+        *,
+        acks: int | str = "all",
+        linger_ms: int = 5,
+        batch_size: int = 65_536,
+        compression_type: str | None = None,
+        enable_idempotence: bool = True,
+        transactional_id: str | None = None,
+        retries: int = 2_147_483_647,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        max_request_size: int = 1_048_576,
+        partitioner: Callable[..., int] | None = None,
+        key_serializer: Callable[[Any], bytes] | None = None,
+        value_serializer: Callable[[Any], Any] | None = None,
+        max_in_flight_requests_per_connection: int = 5,
+        retry_backoff_ms: int = 100,
+        buffer_memory: int = 33_554_432,
+        max_block_ms: int = 60_000,
+    ) -> None:
+        config = ProducerConfig(
+            acks=acks,
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            compression_type=compression_type,
+            enable_idempotence=enable_idempotence,
+            transactional_id=transactional_id,
+            retries=retries,
+            delivery_timeout_ms=delivery_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            max_request_size=max_request_size,
+            partitioner=partitioner,
+            key_serializer=key_serializer,
+            value_serializer=value_serializer,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            retry_backoff_ms=retry_backoff_ms,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+        )
+        if config.transactional_id is not None:
+            raise UnsupportedError(f"transactional_id={config.transactional_id!r}: {_TRANSACTIONS}")
+        self.config = config
+        self.cluster = resolve_cluster(cluster)
+        self._partitioner = resolve_partitioner(partitioner)
+        self._by_marker = (
+            isinstance(self._partitioner, DefaultPartitioner)
+            and type(self._partitioner).partition is DefaultPartitioner.partition
+        )
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._max_request_size = config.max_request_size
+        self._max_block_ms = config.max_block_ms
+        self._topics = TopicCache(self.cluster)
+        self._infos = self._topics._infos  # read-only fast path for send()
+        self._accumulator = RecordAccumulator(
+            config.batch_size, config.linger_ms, config.buffer_memory, time.monotonic
+        )
+        self._append = self._accumulator.append
+        self._sender = Sender(
+            self._accumulator, self._topics, self._partitioner, config, time.monotonic
+        )
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._sender.start()
+
+    # ---------------------------------------------------------------------- send
+
+    def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> FutureRecordMetadata:
+        """Buffer one record for ``topic``; return the future of its RecordMetadata.
+
+        ``value`` is bytes (or bytearray/memoryview) or None (a tombstone) for a byte
+        topic, or a dict of the schema's fields for a typed topic (missing nullable
+        fields are null); ``key`` is bytes or None. Serializers, when configured, are
+        applied first (not to None). Blocks only when ``buffer_memory`` is full.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic, or ``partition`` out of range.
+            InvalidRecordError: the value or key has the wrong type or fields.
+            InvalidRequestError: a bad ``headers``, ``partition`` or ``timestamp_ms``.
+            RecordTooLargeError: the record exceeds ``max_request_size``.
+            RaystreamTimeoutError: no buffer space within ``max_block_ms``.
+            IllegalStateError: the producer is closed.
+        """
+        if self._closed:
+            raise IllegalStateError("send() after the producer was closed")
+        if key is not None and self._key_serializer is not None:
+            key = self._key_serializer(key)
+        if value is not None and self._value_serializer is not None:
+            value = self._value_serializer(value)
+        info = self._infos.get(topic)
+        if info is None:
+            info = self._topic(topic)
+        if info.value_fields is None:
+            if type(value) is bytes:
+                size = len(value) + RECORD_OVERHEAD_BYTES
+            elif value is None:
+                size = RECORD_OVERHEAD_BYTES
+            elif isinstance(value, (bytearray, memoryview)):
+                value = bytes(value)
+                size = len(value) + RECORD_OVERHEAD_BYTES
+            else:
+                raise InvalidRecordError(
+                    f"value must be bytes (or bytearray/memoryview) or None for byte topic "
+                    f"{topic!r}, not {type(value).__name__}; set a value_serializer to send "
+                    "other types"
+                )
+        else:
+            size = _typed_value_size(info, value) + RECORD_OVERHEAD_BYTES
+        if key is not None:
+            if type(key) is not bytes:
+                if not isinstance(key, (bytearray, memoryview)):
+                    raise InvalidRecordError(
+                        f"key must be bytes (or bytearray/memoryview) or None, not "
+                        f"{type(key).__name__}; set a key_serializer to send other types"
+                    )
+                key = bytes(key)
+            size += len(key)
+        if headers is not None:
+            headers, header_bytes = _check_headers(headers)
+            size += header_bytes
+        if partition is None:
+            if self._by_marker:
+                part = STICKY if key is None else BY_KEY
+            else:
+                part = self._custom_partition(info, key)
+        elif type(partition) is int and 0 <= partition < info.num_partitions:
+            part = partition
+        else:
+            part = self._check_partition(topic, partition)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            timestamp_ms = _check_timestamp(timestamp_ms)
+        if size > self._max_request_size:
+            raise RecordTooLargeError(
+                f"a record of about {size} bytes for topic {topic!r} exceeds "
+                f"max_request_size={self._max_request_size}"
+            )
+        return self._append(
+            topic,
+            info.num_partitions,
+            part,
+            key,
+            value,
+            timestamp_ms,
+            headers,
+            size,
+            self._max_block_ms,
+        )
+
+    def _topic(self, topic: str) -> TopicInfo:
+        if not isinstance(topic, str):
+            raise InvalidRequestError(f"topic must be a string, not {type(topic).__name__}")
+        return self._topics.get(topic)  # not cached: asks the controller
+
+    def _check_partition(self, topic: str, partition: Any) -> int:
+        if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)):
+            raise InvalidRequestError(
+                f"partition must be an int or None, not {type(partition).__name__}"
+            )
+        partition = int(partition)
+        info = self._topics.cached(topic) or self._topics.get(topic)
+        if not 0 <= partition < info.num_partitions:
+            info = self._topics.refresh(topic)  # the topic may have grown
+            if not 0 <= partition < info.num_partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {partition} of topic {topic!r} does not exist "
+                    f"(it has {info.num_partitions})"
+                )
+        return partition
+
+    def _custom_partition(self, info: TopicInfo, key: bytes | None) -> int:
+        try:
+            return self._partitioner.partition(
+                info.name, key, info.all_partitions, list(info.available_partitions)
+            )
+        except (TypeError, ValueError) as error:
+            raise InvalidRequestError(f"partitioner failed: {error}") from None
+
+    # ---------------------------------------------------------------- send_batch
+
+    def send_batch(
+        self,
+        topic: str,
+        table: pa.Table | pa.RecordBatch,
+        partition: int | None = None,
+        key_column: str | None = None,
+    ) -> list[RecordMetadata]:
+        """Produce a whole Arrow table (or record batch); block until acknowledged.
+
+        A byte topic takes columns ``value`` and optional ``key``, ``headers``,
+        ``timestamp``; a typed topic takes its schema's columns (see
+        :func:`raystream.records.batch_from_table`). Rows go to ``partition`` if given;
+        else rows with a key (``key_column``, or a ``key`` column) go to Kafka's
+        murmur2 partition and rows without one to the sticky partition; a table with
+        no keys at all is cut into contiguous slices spread round-robin over the
+        partitions (slices of about ``batch_size`` bytes or more). Each partition's
+        rows keep their table order; requests stay under ``max_request_size`` and are
+        sent concurrently, retried like ``send()``'s.
+
+        Records ``send()`` buffered before this call are sent before it.
+
+        Returns:
+            One RecordMetadata per request, not per row (millions of objects would
+            defeat bulk produce): the request's partition, the offset of its first row
+            (the request's rows follow at consecutive offsets, in partition order of
+            the table's rows), and that row's timestamp. Offsets are -1 with acks=0.
+
+        Raises:
+            InvalidRecordError: the table does not fit the topic's layout.
+            UnknownTopicOrPartitionError: no such topic, or ``partition`` out of range.
+            RaystreamError: a request failed (earlier ones may have been written).
+            IllegalStateError: the producer is closed.
+        """
+        if self._closed:
+            raise IllegalStateError("send_batch() after the producer was closed")
+        info = self._topic(topic)
+        batch = batch_from_table(table, info.record_schema, key_column, time.time_ns() // 1_000_000)
+        rows = batch.num_rows
+        if rows == 0:
+            return []
+        result = ProduceResult(topic)
+        created = time.monotonic()
+        max_size = self._max_request_size
+        keys = batch.column("key")
+        if partition is not None:
+            parts = np.full(rows, self._check_partition(topic, partition), dtype=np.int32)
+            requests, _ = split_by_partition(batch, parts, topic, result, created, max_size)
+        elif keys.null_count == rows:
+            requests = self._spread(batch, info, result, created)
+        else:
+            if self._by_marker:
+                parts = np.where(keys.is_valid().to_numpy(zero_copy_only=False), BY_KEY, STICKY)
+                parts = assign_partitions(parts.astype(np.int32), keys, info, self._partitioner)
+            else:
+                parts = np.fromiter(
+                    (self._custom_partition(info, k) for k in keys.to_pylist()),
+                    dtype=np.int32,
+                    count=rows,
+                )
+            requests, _ = split_by_partition(batch, parts, topic, result, created, max_size)
+        first_timestamps = [r.batch.column("timestamp")[0].as_py() for r in requests]
+        result.set_requests(requests)
+        self._accumulator.add_bulk(BulkJob(topic, result, requests))
+        while not result.done.wait(1.0):
+            if not self._sender.is_alive():
+                raise IllegalStateError("the producer's sender stopped; records not sent")
+        for request in requests:
+            if request.error is not None:
+                raise request.error
+        return [
+            RecordMetadata(
+                topic,
+                r.partition,
+                r.base_offset,
+                r.log_append_time if r.log_append_time != -1 else ts,
+            )
+            for r, ts in zip(requests, first_timestamps, strict=True)
+        ]
+
+    def _spread(
+        self, batch: pa.RecordBatch, info: TopicInfo, result: ProduceResult, created: float
+    ) -> list[ProduceRequest]:
+        """Keyless table: contiguous slices, round-robin from the sticky partition."""
+        rows = batch.num_rows
+        slices = max(
+            math.ceil(rows / rows_per_request(batch, self._max_request_size)),
+            min(
+                info.num_partitions,
+                math.ceil(rows / rows_per_request(batch, self.config.batch_size)),
+            ),
+        )
+        start = self._partitioner.partition(
+            info.name, None, info.all_partitions, list(info.available_partitions)
+        )
+        self._partitioner.on_new_batch(info.name, start)
+        per_slice = math.ceil(rows / slices)
+        return [
+            ProduceRequest(
+                info.name,
+                (start + j) % info.num_partitions,
+                batch.slice(lo, per_slice),
+                result,
+                lo,
+                created,
+            )
+            for j, lo in enumerate(range(0, rows, per_slice))
+        ]
+
+    # ------------------------------------------------------------ flush / close
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until it is acknowledged or failed.
+
+        Records sent by other threads during the flush are not waited for.
+
+        Raises:
+            RaystreamTimeoutError: not all done within ``timeout`` seconds.
+        """
+        results = self._accumulator.begin_flush()
+        try:
+            _wait_all(results, timeout, "flush")
+        finally:
+            self._accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is buffered, wait for it, and stop the sender thread.
+
+        After ``timeout`` seconds, records still pending fail with
+        RaystreamTimeoutError instead (close itself does not raise). Idempotent.
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._accumulator.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            _wait_all(self._accumulator.incomplete(), timeout, "close")
+        except RaystreamTimeoutError as error:
+            logger.warning("producer closed with records pending: %s", error)
+            self._sender.abort(error)
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.1)
+        self._sender.join(remaining)
+        if self._sender.is_alive():
+            self._sender.abort(IllegalStateError("the producer was closed"))
+            self._sender.join(5)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- metadata
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition numbers of ``topic`` (kafka-python's ``partitions_for``)."""
+        return set(range(self._topic(topic).num_partitions))
+
+    # ------------------------------------------------------------ transactions
+
+    def init_transactions(self) -> None:
+        """Not supported yet."""
+        raise UnsupportedError(_TRANSACTIONS)
+
+    def begin_transaction(self) -> None:
+        """Not supported yet."""
+        raise UnsupportedError(_TRANSACTIONS)
+
+    def commit_transaction(self) -> None:
+        """Not supported yet."""
+        raise UnsupportedError(_TRANSACTIONS)
+
+    def abort_transaction(self) -> None:
+        """Not supported yet."""
+        raise UnsupportedError(_TRANSACTIONS)
+
+    def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
+        """Not supported yet."""
+        raise UnsupportedError(_TRANSACTIONS)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"Producer({self.cluster!r}, acks={self.config.acks}, {state})"
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def _typed_value_size(info: TopicInfo, value: Any) -> int:
+    """Check a typed topic's value cheaply (a mapping of known fields); its rough size.
+
+    Field types are checked when the batch is built; a value that fails there fails
+    only its own future.
+    """
+    if value is None:
+        return 0
+    if not isinstance(value, Mapping):
+        raise InvalidRecordError(
+            f"value for typed topic {info.name!r} must be a dict of its fields "
+            f"{sorted(info.value_fields or ())}, not {type(value).__name__}"
+        )
+    names = value.keys()
+    unknown = names - info.value_fields
+    if unknown:
+        raise InvalidRecordError(
+            f"value has fields {sorted(map(str, unknown))} that topic {info.name!r} does not "
+            f"have; its fields are {sorted(info.value_fields)}"
+        )
+    missing = info.required_fields - names
+    if missing:
+        raise InvalidRecordError(
+            f"value lacks the non-nullable fields {sorted(missing)} of topic {info.name!r}"
+        )
+    size = 0
+    for field in value.values():
+        size += len(field) if isinstance(field, (bytes, str)) else 8
+    return size
+
+
+def _check_headers(headers: Any) -> tuple[list[tuple[str, bytes | None]], int]:
+    if not isinstance(headers, (list, tuple)):
+        raise InvalidRequestError(
+            f"headers must be a list of (str, bytes) pairs, not {type(headers).__name__}"
+        )
+    checked = []
+    size = 0
+    for header in headers:
+        if (
+            not isinstance(header, (tuple, list))
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not (header[1] is None or isinstance(header[1], (bytes, bytearray, memoryview)))
+        ):
+            raise InvalidRequestError(
+                f"header {header!r:.80} must be a (str, bytes) pair; headers: {headers!r:.200}"
+            )
+        value = header[1] if header[1] is None or type(header[1]) is bytes else bytes(header[1])
+        checked.append((header[0], value))
+        size += len(header[0]) + (0 if value is None else len(value)) + 8
+    return checked, size
+
+
+def _check_timestamp(timestamp_ms: Any) -> int:
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, (int, np.integer)):
+        raise InvalidRequestError(
+            f"timestamp_ms must be an int (ms since the epoch) or None, not "
+            f"{type(timestamp_ms).__name__}"
+        )
+    if timestamp_ms < 0:
+        raise InvalidRequestError(f"timestamp_ms={timestamp_ms} must be >= 0")
+    return int(timestamp_ms)
+
+
+def _wait_all(results: list[ProduceResult], timeout: float | None, what: str) -> None:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for result in results:
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        if not result.done.wait(remaining):
+            pending = sum(1 for r in results if not r.done.is_set())
+            raise RaystreamTimeoutError(
+                f"{what}: {pending} batch(es) not acknowledged within {timeout} s"
+            )
+
+
+__all__ = ["FutureRecordMetadata", "Producer"]

@@ -1,0 +1,250 @@
+"""The controller and replica actors on a real Ray: topics, durability, bad input.
+
+Data is written straight to the leader replica, so these tests need no client but the
+Admin and exercise the actors' own answers.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+import ray
+
+import raystream as rs
+from raystream.actors import CONTROLLER_NAME
+from raystream.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedError,
+)
+from raystream.records import build_batch
+
+
+def produce(cluster: rs.Cluster, topic: str, values: list[bytes], partition: int = 0, **kw):
+    metadata = cluster.topic_metadata(topic, refresh=True)
+    leader = metadata.partitions[partition].leader_handle
+    batch = build_batch(
+        metadata.record_schema,
+        [None] * len(values),
+        values,
+        kw.get("timestamps", [1] * len(values)),
+        None,
+    )
+    return ray.get(leader.produce.remote(batch, 1))
+
+
+def fetch_all(cluster: rs.Cluster, topic: str, partition: int = 0) -> list[bytes]:
+    leader = cluster.topic_metadata(topic, refresh=True).partitions[partition].leader_handle
+    response = ray.get(leader.fetch.remote(0, 64 << 20, 0))
+    response.raise_for_error()
+    return response.records.column("value").to_pylist()
+
+
+def test_topics_are_created_described_listed_and_deleted(cluster: rs.Cluster) -> None:
+    admin = cluster.admin()
+    description = admin.create_topic("orders", partitions=2, config={"retention.ms": 60000})
+    assert description.name == "orders"
+    assert [p.partition for p in description.partitions] == [0, 1]
+    first = description.partitions[0]
+    assert (first.leader, first.replicas, first.isr, first.leader_epoch) == (0, [0], [0], 0)
+    assert (first.log_start_offset, first.high_watermark, first.log_end_offset) == (0, 0, 0)
+    assert description.config["retention.ms"] == 60000
+    assert description.config["cleanup.policy"] == "delete"
+    assert admin.list_topics() == ["orders"]
+    produce(cluster, "orders", [b"a", b"b"])
+    assert admin.describe_topic("orders").partitions[0].high_watermark == 2
+    admin.delete_topic("orders")
+    assert admin.list_topics() == []
+    with pytest.raises(UnknownTopicOrPartitionError, match="'orders' does not exist"):
+        admin.describe_topic("orders")
+
+
+def test_a_recreated_topic_does_not_see_the_deleted_ones_data(cluster: rs.Cluster) -> None:
+    admin = cluster.admin()
+    admin.create_topic("again")
+    produce(cluster, "again", [b"old"])
+    admin.delete_topic("again")
+    admin.create_topic("again")
+    assert fetch_all(cluster, "again") == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"name": "bad name"}, InvalidTopicError, "outside"),
+        ({"name": "x" * 250}, InvalidTopicError, "over 249"),
+        ({"name": ".."}, InvalidTopicError, "not allowed"),
+        ({"name": "t", "partitions": 0}, InvalidPartitionsError, "partitions must be >= 1, not 0"),
+        ({"name": "t", "replication_factor": 0}, InvalidReplicationFactorError, "not 0"),
+        ({"name": "t", "config": {"retention.days": 1}}, InvalidConfigError, "'retention.days'"),
+        ({"name": "t", "config": {"retention.ms": "x"}}, InvalidConfigError, "retention.ms='x'"),
+        ({"name": "t", "schema": "not a schema"}, rs.errors.InvalidRequestError, "pyarrow.Schema"),
+    ],
+)
+def test_bad_topic_creation_is_refused_by_name(cluster, kwargs, error, message) -> None:
+    admin = cluster.admin()
+    kwargs = {"partitions": 1, **kwargs}
+    with pytest.raises(error, match=message):
+        admin.create_topic(**kwargs)
+    assert admin.list_topics() == []
+
+
+def test_duplicate_topics_unknown_topics_and_shrinking_are_refused(cluster) -> None:
+    admin = cluster.admin()
+    admin.create_topic("t", partitions=2)
+    with pytest.raises(TopicAlreadyExistsError, match="'t' already exists"):
+        admin.create_topic("t")
+    with pytest.raises(UnknownTopicOrPartitionError, match="'nope'"):
+        admin.delete_topic("nope")
+    with pytest.raises(InvalidPartitionsError, match="must be larger"):
+        admin.create_partitions("t", 2)
+    with pytest.raises(InvalidConfigError, match="cleanup.policy='shred'"):
+        admin.alter_topic_config("t", {"cleanup.policy": "shred"})
+
+
+def test_partitions_grow_and_config_changes_take_effect(cluster) -> None:
+    admin = cluster.admin()
+    admin.create_topic("grow", partitions=1)
+    description = admin.create_partitions("grow", 3)
+    assert len(description.partitions) == 3
+    produce(cluster, "grow", [b"x"], partition=2)
+    effective = admin.alter_topic_config("grow", {"max.message.bytes": 200})
+    assert effective["max.message.bytes"] == 200
+    response = produce(cluster, "grow", [b"y" * 500])
+    assert isinstance(response.error(), rs.errors.RecordTooLargeError)
+    assert "max.message.bytes=200" in response.message
+
+
+def test_a_typed_topic_keeps_its_schema(cluster) -> None:
+    schema = pa.schema([("item", pa.string()), ("amount", pa.float64())])
+    description = cluster.admin().create_topic("typed", schema=schema)
+    assert description.schema.equals(schema)
+    metadata = cluster.topic_metadata("typed")
+    batch = build_batch(metadata.record_schema, [None], [{"item": "pen", "amount": 1.5}], [1], None)
+    leader = metadata.partitions[0].leader_handle
+    assert ray.get(leader.produce.remote(batch, 1)).base_offset == 0
+    response = ray.get(leader.fetch.remote(0))
+    assert response.records.column("value").to_pylist() == [{"item": "pen", "amount": 1.5}]
+
+
+def test_replicas_answer_bad_requests_with_errors_and_stay_alive(cluster) -> None:
+    cluster.admin().create_topic("safe")
+    leader = cluster.topic_metadata("safe").partitions[0].leader_handle
+    wrong_schema = ray.get(leader.produce.remote(pa.record_batch({"x": [1]}), 1))
+    assert isinstance(wrong_schema.error(), rs.errors.InvalidRecordError)
+    not_a_batch = ray.get(leader.produce.remote("text", 1))
+    assert "not str" in not_a_batch.message
+    bad_acks = ray.get(leader.produce.remote(pa.record_batch({"x": [1]}), 7))
+    assert "acks=7" in bad_acks.message
+    negative = ray.get(leader.fetch.remote(-1))
+    assert "offset=-1" in negative.message
+    beyond = ray.get(leader.fetch.remote(10, 1024, 0))
+    assert isinstance(beyond.error(), rs.errors.OffsetOutOfRangeError)
+    bad_time = ray.get(leader.list_offsets.remote(-7))
+    assert "-7" in bad_time.message
+    assert produce(cluster, "safe", [b"still fine"]).base_offset == 0
+    assert fetch_all(cluster, "safe") == [b"still fine"]
+
+
+def test_a_waiting_fetch_returns_within_milliseconds_of_a_produce(cluster) -> None:
+    cluster.admin().create_topic("live")
+    leader = cluster.topic_metadata("live").partitions[0].leader_handle
+    ray.get(leader.ping.remote())
+    waiting = leader.fetch.remote(0, 1 << 20, 5000)
+    time.sleep(0.3)
+    ready, _ = ray.wait([waiting], timeout=0)
+    assert not ready, "the fetch should wait for data"
+    produced_at = time.perf_counter()
+    produce(cluster, "live", [b"now"])
+    response = ray.get(waiting)
+    latency = time.perf_counter() - produced_at
+    assert response.records.column("value").to_pylist() == [b"now"]
+    assert latency < 0.2
+
+
+def test_list_offsets_by_position_and_time(cluster) -> None:
+    cluster.admin().create_topic("times")
+    produce(cluster, "times", [b"a", b"b"], timestamps=[100, 200])
+    produce(cluster, "times", [b"c"], timestamps=[300])
+    leader = cluster.topic_metadata("times").partitions[0].leader_handle
+    offsets = ray.get([leader.list_offsets.remote(t) for t in (-2, -1, 150, 300, 301)])
+    assert [o.offset for o in offsets] == [0, 3, 1, 2, -1]
+
+
+def test_retention_runs_in_the_background(cluster_factory) -> None:
+    cluster = cluster_factory(broker_config={"log.retention.check.interval.ms": 200})
+    cluster.admin().create_topic(
+        "short", config={"segment.bytes": 1024, "retention.bytes": 1, "segment.ms": 3600000}
+    )
+    for _ in range(5):
+        produce(cluster, "short", [b"x" * 900])
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        start = cluster.admin().describe_topic("short").partitions[0].log_start_offset
+        if start == 4:
+            break
+        time.sleep(0.2)
+    assert start == 4
+
+
+def test_topics_configs_and_records_survive_shutdown_and_restart(cluster_factory, tmp_path) -> None:
+    data_dir = str(tmp_path / "durable")
+    cluster = cluster_factory(data_dir=data_dir)
+    admin = cluster.admin()
+    admin.create_topic("keep", partitions=2, config={"retention.ms": 12345})
+    produce(cluster, "keep", [b"one", b"two"], partition=1)
+    cluster.shutdown()
+    again = cluster_factory(data_dir=data_dir, namespace=cluster.namespace)
+    description = again.admin().describe_topic("keep")
+    assert len(description.partitions) == 2
+    assert description.config["retention.ms"] == 12345
+    assert fetch_all(again, "keep", partition=1) == [b"one", b"two"]
+    assert produce(again, "keep", [b"three"], partition=1).base_offset == 2
+
+
+def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_serving(cluster) -> None:
+    admin = cluster.admin()
+    admin.create_topic("steady")
+    leader = cluster.topic_metadata("steady").partitions[0].leader_handle
+    controller = ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
+    old_pid = ray.get(controller.ping.remote())
+    ray.kill(controller, no_restart=False)
+    # The data path does not go through the controller: the cached leader serves.
+    schema = cluster.topic_metadata("steady").record_schema
+    batch = build_batch(schema, [None], [b"during"], [1], None)
+    assert ray.get(leader.produce.remote(batch, 1)).error_code == 0
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if ray.get(controller.ping.remote(), timeout=5) != old_pid:
+                break
+        except Exception:
+            time.sleep(0.2)
+    assert admin.list_topics() == ["steady"]
+    assert ray.get(leader.fetch.remote(0)).records.column("value").to_pylist() == [b"during"]
+
+
+def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
+    cluster.admin().create_topic("phoenix")
+    produce(cluster, "phoenix", [b"before"])
+    leader = cluster.topic_metadata("phoenix").partitions[0].leader_handle
+    ray.kill(leader, no_restart=False)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            ray.get(leader.ping.remote(), timeout=5)
+            break
+        except Exception:
+            time.sleep(0.2)
+    assert fetch_all(cluster, "phoenix") == [b"before"]
+
+
+def test_group_operations_say_they_are_not_supported_yet(cluster) -> None:
+    with pytest.raises(UnsupportedError, match="consumer groups"):
+        cluster.admin().list_groups()

@@ -1,0 +1,101 @@
+"""Pure controller logic: topic naming rules, placement, metadata records (no Ray)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from raystream.controller.metadata import (
+    PartitionState,
+    TopicState,
+    is_internal,
+    validate_count,
+    validate_topic_name,
+)
+from raystream.controller.placement import is_spread, place_replicas
+from raystream.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+)
+
+
+@pytest.mark.parametrize("name", ["orders", "a.b_c-d", "X" * 249, "__consumer_offsets", "0"])
+def test_legal_topic_names_are_accepted(name: str) -> None:
+    assert validate_topic_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("", "empty"),
+        (".", "not allowed"),
+        ("..", "not allowed"),
+        ("a" * 250, "over 249"),
+        ("has space", "outside"),
+        ("slash/name", "outside"),
+        ("ünicode", "outside"),
+        (42, "must be a string"),
+    ],
+)
+def test_illegal_topic_names_are_refused_with_the_reason(name: object, reason: str) -> None:
+    with pytest.raises(InvalidTopicError, match=reason):
+        validate_topic_name(name)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "3", True, None])
+def test_partition_counts_must_be_positive_integers(value: object) -> None:
+    with pytest.raises(InvalidPartitionsError, match="partitions"):
+        validate_count(value, "partitions")
+
+
+def test_replication_factor_errors_have_their_own_type() -> None:
+    with pytest.raises(
+        InvalidReplicationFactorError, match="replication_factor must be >= 1, not 0"
+    ):
+        validate_count(0, "replication_factor")
+
+
+def test_internal_topics_start_with_two_underscores() -> None:
+    assert is_internal("__consumer_offsets")
+    assert not is_internal("_private")
+
+
+def test_placement_rotates_leaders_and_spreads_replicas() -> None:
+    placement = place_replicas(["a", "b", "c"], partitions=4, replication_factor=2)
+    assert placement == [["a", "b"], ["b", "c"], ["c", "a"], ["a", "b"]]
+    assert all(is_spread(p) for p in placement)
+
+
+def test_placement_continues_the_rotation_when_partitions_are_added() -> None:
+    first = place_replicas(["a", "b", "c"], 2, 1)
+    more = place_replicas(["a", "b", "c"], 2, 1, first=2)
+    assert first + more == place_replicas(["a", "b", "c"], 4, 1)
+
+
+def test_placement_shares_nodes_when_there_are_too_few() -> None:
+    (placement,) = place_replicas(["only"], 1, 3)
+    assert placement == ["only", "only", "only"]
+    assert not is_spread(placement)
+
+
+def test_placement_needs_a_node() -> None:
+    with pytest.raises(ValueError, match="no alive nodes"):
+        place_replicas([], 1, 1)
+
+
+def test_topic_state_round_trips_through_its_metadata_record() -> None:
+    schema = pa.schema([("amount", pa.float64()), ("customer", pa.string())])
+    state = TopicState(
+        name="orders",
+        topic_id="abc",
+        partitions=[
+            PartitionState(0, [0, 1], {0: "n1", 1: "n2"}, leader=1, leader_epoch=3, isr=[1])
+        ],
+        config={"retention.ms": 1000},
+        value_schema=schema.serialize().to_pybytes(),
+    )
+    again = TopicState.from_json(state.to_json())
+    assert again == state
+    assert again.schema().equals(schema)
+    assert again.partitions[0].nodes == {0: "n1", 1: "n2"}

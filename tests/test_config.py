@@ -1,0 +1,49 @@
+"""Configuration objects: Kafka's dotted names, validation that names the bad value."""
+
+from __future__ import annotations
+
+import pytest
+
+from raystream.config import BrokerConfig
+from raystream.errors import InvalidConfigError
+from raystream.log import LogConfig
+
+
+def test_dotted_and_snake_case_names_are_both_accepted() -> None:
+    config = LogConfig.from_kafka({"retention.ms": "1000"}, segment_bytes=2048)
+    assert config.retention_ms == 1000
+    assert config.segment_bytes == 2048
+    assert config.to_kafka()["retention.ms"] == 1000
+
+
+def test_unknown_keys_are_refused_by_name() -> None:
+    with pytest.raises(InvalidConfigError, match="'retention.hours'"):
+        LogConfig.from_kafka({"retention.hours": 1})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("retention.ms", "soon", "retention.ms='soon': expected an integer"),
+        ("cleanup.policy", "shred", "cleanup.policy='shred'"),
+        ("segment.bytes", 10, "segment.bytes=10"),
+        ("min.insync.replicas", 0, "min.insync.replicas=0"),
+        ("unclean.leader.election.enable", "maybe", "expected true or false"),
+        ("compression.type", "gzip", "compression.type='gzip'"),
+        ("message.timestamp.type", "Now", "message.timestamp.type='Now'"),
+    ],
+)
+def test_bad_values_are_refused_with_key_and_value(key: str, value: object, message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message.replace("(", r"\(")):
+        LogConfig.from_kafka({key: value})
+
+
+def test_boolean_options_accept_text() -> None:
+    assert LogConfig.from_kafka(
+        {"unclean.leader.election.enable": "true"}
+    ).unclean_leader_election_enable
+
+
+def test_broker_config_validates_its_intervals() -> None:
+    with pytest.raises(InvalidConfigError, match="log.retention.check.interval.ms=0"):
+        BrokerConfig.from_kafka({"log.retention.check.interval.ms": 0})

@@ -1,0 +1,68 @@
+"""The public names of ``import raystream as rs`` are exactly the documented API."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import raystream as rs
+
+API = {
+    "Admin",
+    "Cluster",
+    "Consumer",
+    "ConsumerRecord",
+    "GroupDescription",
+    "Log",
+    "LogConfig",
+    "PartitionDescription",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "TopicPartition",
+    "__version__",
+    "connect",
+    "errors",
+}
+
+ERRORS = {
+    "RaystreamError",
+    "UnknownTopicOrPartitionError",
+    "TopicAlreadyExistsError",
+    "InvalidTopicError",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
+    "NotLeaderError",
+    "LeaderNotAvailableError",
+    "NotEnoughReplicasError",
+    "RecordTooLargeError",
+    "OffsetOutOfRangeError",
+    "CommitFailedError",
+    "RebalanceInProgressError",
+    "ProducerFencedError",
+    "OutOfOrderSequenceError",
+    "InvalidTxnStateError",
+    "AuthorizationError",
+    "RaystreamTimeoutError",
+}
+
+
+def test_exported_names_are_the_api() -> None:
+    assert set(rs.__all__) == API
+    for name in API:
+        assert getattr(rs, name) is not None
+
+
+def test_every_documented_error_exists_and_says_if_it_is_retriable() -> None:
+    for name in ERRORS:
+        error = getattr(rs.errors, name)
+        assert issubclass(error, rs.errors.RaystreamError)
+        assert isinstance(error.retriable, bool)
+        assert name.endswith("Error")
+
+
+def test_the_storage_engine_imports_without_ray() -> None:
+    code = (
+        "import sys, raystream.log, raystream.controller.placement; assert 'ray' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
