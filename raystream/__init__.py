@@ -56,6 +56,7 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module 'raystream' has no attribute {name!r}")
 
+
 __all__ = [
     "Admin",
     "Cluster",

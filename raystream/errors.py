@@ -31,6 +31,7 @@ exception here.
     ├── InvalidRequestError                 (42: a bad argument)
     ├── OutOfOrderSequenceError             (45)
     ├── InvalidTxnStateError                (48)
+    ├── FencedLeaderEpochError              (74, retriable: a stale leader or ISR change)
     ├── InvalidRecordError                  (87: does not fit the topic's schema)
     ├── ProducerFencedError                 (90)
     └── IllegalStateError                   (-1: client used out of order, e.g. after close)
@@ -200,6 +201,14 @@ class InvalidRecordError(RaystreamError):
     code = 87
 
 
+class FencedLeaderEpochError(RaystreamError):
+    """A request carried a leader or partition epoch older than the current one."""
+
+    code = 74
+    retriable = True
+    invalid_metadata = True
+
+
 class ProducerFencedError(RaystreamError):
     """A newer producer with the same transactional id has fenced this one."""
 
@@ -237,6 +246,7 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         OutOfOrderSequenceError,
         InvalidTxnStateError,
         InvalidRecordError,
+        FencedLeaderEpochError,
         ProducerFencedError,
     )
 }

@@ -19,6 +19,9 @@ from raystream.records import record_schema
 NONE = 0
 """Error code for success."""
 
+CONTROLLER_NAME = "raystream-controller"
+"""The controller actor's name in its namespace: how clients and replicas find it."""
+
 EARLIEST_TIMESTAMP = -2
 """list_offsets timestamp meaning "the log start offset"."""
 LATEST_TIMESTAMP = -1

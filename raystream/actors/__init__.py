@@ -6,7 +6,8 @@
   produce, fetch with long polling, offsets, retention and compaction.
 """
 
-from raystream.actors.controller import CONTROLLER_NAME, Controller, ControllerActor
+from raystream.actors.controller import Controller, ControllerActor
 from raystream.actors.replica import PartitionReplica, ReplicaActor
+from raystream.protocol import CONTROLLER_NAME
 
 __all__ = ["CONTROLLER_NAME", "Controller", "ControllerActor", "PartitionReplica", "ReplicaActor"]

@@ -34,6 +34,7 @@ from raystream.controller.metadata import (
 )
 from raystream.controller.placement import is_spread, place_replicas
 from raystream.errors import (
+    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
@@ -43,13 +44,15 @@ from raystream.errors import (
 from raystream.log import Log, LogConfig
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
+from raystream.replication.election import OFFLINE, elect_leader
 from raystream.types import PartitionDescription, TopicDescription
 
 logger = logging.getLogger(__name__)
 
-CONTROLLER_NAME = "raystream-controller"
 METADATA_DIR = "__cluster_metadata-0"
 REPLICA_READY_TIMEOUT_S = 120
+MONITOR_INTERVAL_S = 0.5
+PING_TIMEOUT_S = 1.0
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -84,6 +87,11 @@ class Controller:
         self._handles: dict[tuple[str, int, int], Any] = {}
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.partitions))))
+        self._stopping = threading.Event()
+        self._monitor_thread = threading.Thread(
+            target=self._monitor, name="raystream-controller-monitor", daemon=True
+        )
+        self._monitor_thread.start()
 
     # --------------------------------------------------------------- metadata log
 
@@ -125,9 +133,8 @@ class Controller:
         return defaults.with_options(topic.config)
 
     def _start_replicas(self, topic: TopicState, partitions: list[int]) -> None:
-        """Find or create the replica actors of ``partitions`` and wait until they serve."""
-        config = self._effective_config(topic).to_kafka()
-        schema = record_schema(topic.schema())
+        """Find or create the replica actors of ``partitions``, wait until they serve,
+        and tell each its role."""
         pending = []
         for p in partitions:
             state = topic.partitions[p]
@@ -136,28 +143,251 @@ class Controller:
                 try:
                     handle = ray.get_actor(name, namespace=self.namespace)
                 except ValueError:
-                    handle = ReplicaActor.options(
-                        name=name,
-                        namespace=self.namespace,
-                        lifetime="detached",
-                        max_restarts=-1,
-                        num_cpus=0,
-                        scheduling_strategy=NodeAffinitySchedulingStrategy(
-                            state.nodes[replica_id], soft=False
-                        ),
-                    ).remote(
-                        topic.name,
-                        topic.topic_id,
-                        p,
-                        replica_id,
-                        config,
-                        schema,
-                        state.leader_epoch,
-                        self.broker_options,
-                    )
+                    handle = self._create_replica(topic, p, replica_id)
                 self._handles[(topic.name, p, replica_id)] = handle
                 pending.append(handle.ping.remote())
         ray.get(pending, timeout=REPLICA_READY_TIMEOUT_S)
+        for p in partitions:
+            ray.get(self._push_roles(topic, topic.partitions[p]), timeout=REPLICA_READY_TIMEOUT_S)
+
+    def _create_replica(self, topic: TopicState, partition: int, replica_id: int) -> Any:
+        """Start a replica actor pinned to its node (so a restart finds its disk)."""
+        node = topic.partitions[partition].nodes[replica_id]
+        return ReplicaActor.options(
+            name=replica_actor_name(topic.name, partition, replica_id),
+            namespace=self.namespace,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        ).remote(
+            topic.name,
+            topic.topic_id,
+            partition,
+            replica_id,
+            self._effective_config(topic).to_kafka(),
+            record_schema(topic.schema()),
+            self.namespace,
+            self.broker_options,
+        )
+
+    def _push_roles(
+        self, topic: TopicState, state: PartitionState, only: int | None = None
+    ) -> list[Any]:
+        """Tell the partition's replicas (or just ``only``) who leads at which epoch."""
+        leader = self._handles.get((topic.name, state.partition, state.leader))
+        calls = []
+        for replica_id in state.replicas:
+            if only is not None and replica_id != only:
+                continue
+            handle = self._handles.get((topic.name, state.partition, replica_id))
+            if handle is None:
+                continue
+            if replica_id == state.leader:
+                calls.append(
+                    handle.become_leader.remote(
+                        state.leader_epoch, state.partition_epoch, state.replicas, state.isr
+                    )
+                )
+            elif leader is not None:
+                calls.append(
+                    handle.become_follower.remote(
+                        state.leader_epoch,
+                        state.partition_epoch,
+                        state.leader,
+                        leader,
+                        state.replicas,
+                        state.isr,
+                    )
+                )
+        return calls
+
+    def replica_started(self, topic_name: str, partition: int, replica_id: int) -> Result:
+        """A replica (re)started and asks for its role; it is told through become_*."""
+        try:
+            with self._lock:
+                topic = self._topic(topic_name)
+                state = topic.partitions[partition]
+                if replica_id not in state.replicas:
+                    raise UnknownTopicOrPartitionError(
+                        f"replica {replica_id} is not a replica of {topic_name}-{partition}"
+                    )
+                calls = self._push_roles(topic, state, only=replica_id)
+            ray.get(calls, timeout=60)
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    def alter_isr(
+        self,
+        topic_name: str,
+        partition: int,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        isr: list[int],
+    ) -> Result:
+        """A leader's request to change the ISR, fenced by its epochs.
+
+        Answers the new partition epoch once the change is durable.
+        """
+        try:
+            with self._lock:
+                topic = self._topic(topic_name)
+                state = topic.partitions[partition]
+                if (
+                    leader_id != state.leader
+                    or leader_epoch != state.leader_epoch
+                    or partition_epoch != state.partition_epoch
+                ):
+                    raise FencedLeaderEpochError(
+                        f"ISR change of {topic_name}-{partition} from leader {leader_id} at "
+                        f"epochs {leader_epoch}/{partition_epoch} is stale (now leader "
+                        f"{state.leader}, epochs {state.leader_epoch}/{state.partition_epoch})"
+                    )
+                if leader_id not in isr or not set(isr) <= set(state.replicas):
+                    raise InvalidRequestError(f"ISR {isr} must hold the leader {leader_id}")
+                state.isr = [r for r in state.replicas if r in isr]
+                state.partition_epoch += 1
+                self._persist(topic_name, topic)
+                return Result(value=state.partition_epoch)
+        except Exception as error:
+            return failure(error)
+
+    # ----------------------------------------------------------------- failures
+
+    def _monitor(self) -> None:
+        """Watch replicas and nodes; fail over leaders, shrink ISRs, replace lost replicas.
+
+        Runs on its own thread for the controller's life; it logs and survives every
+        exception, and never holds the lock while waiting on replicas.
+        """
+        strikes: dict[tuple[str, int, int], int] = {}
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                self._monitor_once(strikes)
+            except Exception:
+                logger.exception("controller monitor pass failed")
+            self._stopping.wait(max(MONITOR_INTERVAL_S - (time.monotonic() - started), 0.05))
+
+    def _monitor_once(self, strikes: dict[tuple[str, int, int], int]) -> None:
+        with self._lock:
+            handles = dict(self._handles)
+        nodes = set(alive_nodes())
+        pings = {key: handle.ping.remote() for key, handle in handles.items()}
+        if not pings:
+            return
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT_S)
+        ready_set = set(ready)
+        alive: set[tuple[str, int, int]] = set()
+        for key, ref in pings.items():
+            ok = False
+            if ref in ready_set:
+                try:
+                    ray.get(ref)
+                    ok = True
+                except Exception:
+                    ok = False
+            if ok:
+                strikes.pop(key, None)
+                alive.add(key)
+            elif ref not in ready_set and strikes.get(key, 0) < 1:
+                strikes[key] = strikes.get(key, 0) + 1  # slow, not yet dead
+                alive.add(key)
+            else:
+                strikes[key] = strikes.get(key, 0) + 1
+        calls = []
+        with self._lock:
+            for topic in list(self.topics.values()):
+                for state in topic.partitions:
+                    lost = {r for r in state.replicas if state.nodes.get(r) not in nodes}
+                    live = {
+                        r
+                        for r in state.replicas
+                        if (topic.name, state.partition, r) in alive and r not in lost
+                    }
+                    calls += self._reconcile(topic, state, live, lost)
+        if calls:
+            ray.wait(calls, num_returns=len(calls), timeout=5)
+
+    def _reconcile(
+        self, topic: TopicState, state: PartitionState, live: set[int], lost: set[int]
+    ) -> list[Any]:
+        """Act on one partition's live replicas: elect, shrink the ISR, re-create."""
+        calls: list[Any] = []
+        changed = False
+        if state.leader not in live:
+            unclean = self._effective_config(topic).unclean_leader_election_enable
+            election = elect_leader(state.replicas, state.isr, live, unclean)
+            if election.leader != state.leader or election.isr != state.isr:
+                if election.leader != OFFLINE:
+                    logger.warning(
+                        "%s-%s: leader %s is gone, electing %s%s",
+                        topic.name,
+                        state.partition,
+                        state.leader,
+                        election.leader,
+                        " (unclean)" if election.unclean else "",
+                    )
+                    state.leader_epoch += 1
+                state.leader = election.leader
+                state.isr = election.isr or state.isr
+                changed = True
+        else:
+            isr = [r for r in state.isr if r in live]
+            if isr != state.isr:
+                state.isr = isr
+                changed = True
+        for replica_id in lost:
+            replacement = self._replacement_node(state)
+            if replacement is not None:
+                key = (topic.name, state.partition, replica_id)
+                old = self._handles.pop(key, None)
+                if old is not None:
+                    ray.kill(old, no_restart=True)
+                state.nodes[replica_id] = replacement
+                state.isr = [r for r in state.isr if r != replica_id]
+                changed = True
+                self._handles[key] = self._create_replica(topic, state.partition, replica_id)
+        if changed:
+            state.partition_epoch += 1
+            self._persist(topic.name, topic)
+            calls += self._push_roles(topic, state)
+        return calls
+
+    def _replacement_node(self, state: PartitionState) -> str | None:
+        """A live node for a replica lost with its node: one not hosting this partition."""
+        nodes = alive_nodes()
+        if not nodes:
+            return None
+        used = set(state.nodes.values())
+        free = [n for n in nodes if n not in used]
+        return (free or nodes)[state.partition % len(free or nodes)]
+
+    def elect_leaders(self, names: list[str] | None = None) -> Result:
+        """Preferred leader election: move leadership back to each partition's first
+        replica where it is alive and in sync. Answers how many partitions moved."""
+        try:
+            moved = 0
+            calls = []
+            with self._lock:
+                for name in names if names is not None else list(self.topics):
+                    topic = self._topic(name)
+                    for state in topic.partitions:
+                        preferred = state.replicas[0]
+                        if state.leader == preferred or preferred not in state.isr:
+                            continue
+                        state.leader = preferred
+                        state.leader_epoch += 1
+                        state.partition_epoch += 1
+                        moved += 1
+                        self._persist(name, topic)
+                        calls += self._push_roles(topic, state)
+            ray.get(calls, timeout=60)
+            return Result(value=moved)
+        except Exception as error:
+            return failure(error)
 
     def _stop_replicas(self, topic: TopicState, delete_data: bool) -> None:
         handles = [
@@ -354,11 +584,17 @@ class Controller:
         with self._lock:
             topics = list(self.topics.values())
         offline = []
+        under_replicated = []
         not_spread = []
         for topic in topics:
             for p in topic.partitions:
+                name = f"{topic.name}-{p.partition}"
+                if p.leader == OFFLINE:
+                    offline.append(name)
+                elif len(p.isr) < len(p.replicas):
+                    under_replicated.append(name)
                 if not is_spread([p.nodes[r] for r in p.replicas]):
-                    not_spread.append(f"{topic.name}-{p.partition}")
+                    not_spread.append(name)
         return {
             "namespace": self.namespace,
             "data_dir": self.broker.data_dir,
@@ -369,6 +605,7 @@ class Controller:
             "partitions": sum(len(t.partitions) for t in topics),
             "replicas": len(self._handles),
             "offline_partitions": offline,
+            "under_replicated_partitions": under_replicated,
             "partitions_not_spread": not_spread,
         }
 
@@ -396,7 +633,11 @@ class Controller:
                     leader_epoch=p.leader_epoch,
                     replicas=list(p.replicas),
                     isr=list(p.isr),
-                    leader_handle=self._handles.get((topic.name, p.partition, p.leader)),
+                    leader_handle=(
+                        self._handles.get((topic.name, p.partition, p.leader))
+                        if p.leader != OFFLINE
+                        else None
+                    ),
                 )
                 for p in topic.partitions
             ],
@@ -408,6 +649,8 @@ class Controller:
 
     def shutdown(self) -> Result:
         """Close every replica cleanly and stop it; data stays on disk."""
+        self._stopping.set()
+        self._monitor_thread.join(timeout=10)
         with self._lock:
             for topic in self.topics.values():
                 self._stop_replicas(topic, delete_data=False)

@@ -1,17 +1,24 @@
 """The partition replica actor: one Ray actor per partition replica, over one Log.
 
-A thin shell. The storage engine does the work; this class adds the partition's role
-(leader or follower), its leader epoch and high watermark, long-polling fetches, and a
-housekeeping task (retention, compaction, time-based flush). Every method answers with
-an error code instead of raising, so bad input never kills the actor or touches the log.
+A thin shell. The storage engine stores; :mod:`raystream.replication` decides (ISR,
+high watermark, truncation); this class wires them to Ray. A replica is the leader or a
+follower of its partition, as the controller says:
 
-While a partition has one replica its leader's high watermark is its log end offset;
-the replication issue adds followers, the ISR and the min-LEO high watermark here.
+- the **leader** serves produce and fetch, tracks each follower's log end offset,
+  advances the high watermark to the smallest LEO of the ISR, answers ``acks=all``
+  once the ISR has a batch, and asks the controller to shrink or expand the ISR;
+- a **follower** truncates a divergent suffix (by leader epoch) and then copies the
+  leader's log with long-polling fetches of raw batches, offsets and epochs intact.
+
+A replica restarted by Ray recovers its log from disk and asks the controller for its
+role before it serves anything. Every method answers with an error code instead of
+raising, so bad input never kills the actor or touches the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -23,14 +30,19 @@ import ray
 
 from raystream.config import BrokerConfig
 from raystream.errors import (
+    FencedLeaderEpochError,
     InvalidRecordError,
     InvalidRequestError,
     LeaderNotAvailableError,
+    NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    RaystreamTimeoutError,
 )
 from raystream.log import Log, LogConfig
+from raystream.log.checkpoint import read_int, write_atomically
 from raystream.protocol import (
+    CONTROLLER_NAME,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     FetchResponse,
@@ -39,13 +51,19 @@ from raystream.protocol import (
     Result,
     failure,
 )
+from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
+from raystream.replication.truncation import truncation_offset
 
 logger = logging.getLogger(__name__)
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 PARTITION_METADATA_FILE = "partition.metadata"
+HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 ROLE_LEADER = "leader"
 ROLE_FOLLOWER = "follower"
+ROLE_PENDING = "pending"
+REPLICA_FETCH_MAX_BYTES = 8 << 20
+REPLICA_FETCH_WAIT_MS = 500
 
 
 def replica_directory(data_dir: str, topic: str, partition: int, replica_id: int) -> str:
@@ -67,11 +85,16 @@ def open_partition_log(directory: str, topic_id: str, config: LogConfig) -> Log:
     return Log.open(directory, config)
 
 
-class PartitionReplica:
-    """One replica of one partition (made a Ray actor in :mod:`raystream.actors`).
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
-    Invariant: only the leader accepts produce requests; consumers never see offsets at
-    or above the high watermark; the high watermark never moves backwards.
+
+class PartitionReplica:
+    """One replica of one partition (made a Ray actor at the end of this module).
+
+    Invariants: only the leader accepts produce requests; consumers never see offsets
+    at or above the high watermark; the high watermark never moves backwards; a
+    follower never appends what its leader did not send.
     """
 
     def __init__(
@@ -82,25 +105,105 @@ class PartitionReplica:
         replica_id: int,
         config: dict[str, Any],
         record_schema: pa.Schema,
-        leader_epoch: int,
+        namespace: str,
         broker: dict[str, Any],
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.replica_id = replica_id
+        self.namespace = namespace
         self.broker = BrokerConfig.from_kafka(broker)
         self.config = LogConfig.from_kafka(config)
         self.record_schema = record_schema
         self.directory = replica_directory(self.broker.data_dir, topic, partition, replica_id)
         self.log = open_partition_log(self.directory, topic_id, self.config)
-        self.role = ROLE_LEADER
-        self.leader_epoch = leader_epoch
-        self.high_watermark = self.log.log_end_offset
-        self._empty = record_schema.empty_table().append_column(
-            "offset", pa.array([], pa.int64())
+        self.role = ROLE_PENDING
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.followers: dict[int, FollowerState] = {}
+        self.high_watermark = min(
+            read_int(os.path.join(self.directory, HIGH_WATERMARK_FILE), 0),
+            self.log.log_end_offset,
         )
-        self._arrived: asyncio.Event | None = None
-        self._housekeeping: asyncio.Task | None = None
+        self._checkpointed_high_watermark = self.high_watermark
+        self._leader_handle: Any = None
+        self._empty = record_schema.empty_table().append_column("offset", pa.array([], pa.int64()))
+        self._committed: asyncio.Event | None = None
+        self._appended: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._follower_task: asyncio.Task | None = None
+        self._isr_change_pending = False
+
+    # ------------------------------------------------------------------ roles
+
+    async def become_leader(
+        self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]
+    ) -> Result:
+        """Lead the partition from ``leader_epoch`` on (ignored if the epoch is stale)."""
+        self._start()
+        if leader_epoch < self.leader_epoch:
+            return Result()
+        self._stop_following()
+        if self.role != ROLE_LEADER or leader_epoch > self.leader_epoch:
+            self.followers = {r: FollowerState() for r in replicas if r != self.replica_id}
+            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
+        self.role = ROLE_LEADER
+        self.leader_id = self.replica_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self._update_high_watermark()
+        self._wake()
+        return Result()
+
+    async def become_follower(
+        self,
+        leader_epoch: int,
+        partition_epoch: int,
+        leader_id: int,
+        leader_handle: Any,
+        replicas: list[int],
+        isr: list[int],
+    ) -> Result:
+        """Follow ``leader_id`` from ``leader_epoch`` on (ignored if the epoch is stale)."""
+        self._start()
+        if leader_epoch < self.leader_epoch:
+            return Result()
+        changed = leader_epoch > self.leader_epoch or self.role != ROLE_FOLLOWER
+        self.role = ROLE_FOLLOWER
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.followers = {}
+        self._leader_handle = leader_handle
+        self._wake()
+        if changed or self._follower_task is None or self._follower_task.done():
+            self._stop_following()
+            self._follower_task = asyncio.get_running_loop().create_task(self._follow())
+        return Result()
+
+    def _stop_following(self) -> None:
+        if self._follower_task is not None:
+            self._follower_task.cancel()
+            self._follower_task = None
+
+    async def _recover_role(self) -> None:
+        """Ask the controller what this replica is (after a start or a restart)."""
+        delay = 0.1
+        while self.role == ROLE_PENDING:
+            try:
+                controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+                await controller.replica_started.remote(self.topic, self.partition, self.replica_id)
+                return
+            except Exception:  # the controller may be restarting: try again
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     # ---------------------------------------------------------------- produce
 
@@ -113,12 +216,14 @@ class PartitionReplica:
     ) -> ProduceResponse:
         """Append one batch as leader; answer with its base offset.
 
-        With acks=0 or 1 the answer follows the leader's append; acks="all" waits for
-        the in-sync replicas (with one replica, the leader alone).
+        ``acks=0`` and ``acks=1`` answer after the leader's append; ``acks="all"``
+        answers once every ISR member has the batch, and is refused with
+        NotEnoughReplicas while the ISR is smaller than ``min.insync.replicas``.
         """
         self._start()
         try:
-            if ACKS.get(acks) is None:
+            required = ACKS.get(acks) if isinstance(acks, int | str) else None
+            if required is None:
                 raise InvalidRequestError(f"acks={acks!r} is invalid; use 0, 1, 'all' or -1")
             self._require_leader()
             if not isinstance(batch, pa.RecordBatch):
@@ -130,15 +235,20 @@ class PartitionReplica:
                     f"batch schema does not match topic {self.topic!r}: expected "
                     f"{self.record_schema}, got {batch.schema}"
                 )
-            base, _ = self.log.append(
+            if required == -1 and len(self.isr) < self.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas "
+                    f"{self.isr}, fewer than min.insync.replicas="
+                    f"{self.config.min_insync_replicas}"
+                )
+            base, last = self.log.append(
                 batch, partition_leader_epoch=self.leader_epoch, compression=compression
             )
-            self._advance_high_watermark(self.log.log_end_offset)
-            append_time = (
-                int(time.time() * 1000)
-                if self.config.message_timestamp_type == "LogAppendTime"
-                else -1
-            )
+            self._notify_appended()
+            self._update_high_watermark()
+            if required == -1:
+                await self._await_commit(last + 1, timeout_ms)
+            append_time = _now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
             return ProduceResponse(
                 base_offset=base,
                 log_append_time=append_time,
@@ -147,18 +257,82 @@ class PartitionReplica:
         except Exception as error:  # answered, never raised across the boundary
             return failure(error, ProduceResponse)
 
+    async def _await_commit(self, offset: int, timeout_ms: int) -> None:
+        """Wait until the high watermark reaches ``offset`` (the ISR has the batch)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        epoch = self.leader_epoch
+        while self.high_watermark < offset:
+            if self.role != ROLE_LEADER or self.leader_epoch != epoch:
+                raise NotLeaderError(
+                    f"replica {self.replica_id} lost leadership of {self.topic}-"
+                    f"{self.partition} before the batch was replicated"
+                )
+            if len(self.isr) < self.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{self.topic}-{self.partition}: the ISR shrank to {self.isr} after the "
+                    f"append, below min.insync.replicas={self.config.min_insync_replicas}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RaystreamTimeoutError(
+                    f"{self.topic}-{self.partition}: the ISR {self.isr} did not replicate "
+                    f"offset {offset - 1} within {timeout_ms} ms"
+                )
+            await self._wait(self._committed_event(), remaining)
+
     def _require_leader(self) -> None:
+        if self.role == ROLE_PENDING:
+            raise LeaderNotAvailableError(
+                f"replica {self.replica_id} of {self.topic}-{self.partition} is starting"
+            )
         if self.role != ROLE_LEADER:
             raise NotLeaderError(
-                f"replica {self.replica_id} of {self.topic}-{self.partition} is not the leader"
+                f"replica {self.replica_id} of {self.topic}-{self.partition} is not the "
+                f"leader (leader is {self.leader_id})"
             )
 
-    def _advance_high_watermark(self, offset: int) -> None:
+    # ------------------------------------------------------------- watermarks
+
+    def _committed_event(self) -> asyncio.Event:
+        if self._committed is None:
+            self._committed = asyncio.Event()
+        return self._committed
+
+    def _appended_event(self) -> asyncio.Event:
+        if self._appended is None:
+            self._appended = asyncio.Event()
+        return self._appended
+
+    def _wake(self) -> None:
+        for name in ("_committed", "_appended"):
+            event = getattr(self, name)
+            if event is not None:
+                event.set()
+                setattr(self, name, None)
+
+    def _notify_appended(self) -> None:
+        if self._appended is not None:
+            self._appended.set()
+            self._appended = None
+
+    def _set_high_watermark(self, offset: int) -> None:
+        offset = min(offset, self.log.log_end_offset)
         if offset > self.high_watermark:
             self.high_watermark = offset
-            if self._arrived is not None:
-                self._arrived.set()
-                self._arrived = asyncio.Event()
+            if self._committed is not None:
+                self._committed.set()
+                self._committed = None
+
+    def _update_high_watermark(self) -> None:
+        if self.role == ROLE_LEADER:
+            self._set_high_watermark(
+                high_watermark(self.replica_id, self.log.log_end_offset, self.isr, self.followers)
+            )
+
+    @staticmethod
+    async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout_s)
 
     # ------------------------------------------------------------------ fetch
 
@@ -188,33 +362,28 @@ class PartitionReplica:
             self._require_leader()
             deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
             while True:
-                if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
-                    raise OffsetOutOfRangeError(
-                        f"offset {offset} is out of range [{self.log.log_start_offset}, "
-                        f"{self.log.log_end_offset}] of {self.topic}-{self.partition}"
-                    )
+                self._check_range(offset)
                 table = self.log.read(offset, max_bytes=max_bytes, max_offset=self.high_watermark)
                 remaining = deadline - time.monotonic()
-                if table.num_rows and (table.nbytes >= min_bytes or remaining <= 0):
+                if (table.num_rows and table.nbytes >= min_bytes) or remaining <= 0:
                     break
-                if remaining <= 0:
-                    break
-                if self._arrived is None:
-                    self._arrived = asyncio.Event()
-                try:
-                    await asyncio.wait_for(self._arrived.wait(), remaining)
-                except asyncio.TimeoutError:
-                    pass
-            if not table.num_rows:
-                table = self._empty
+                await self._wait(self._committed_event(), remaining)
+                self._require_leader()
             return FetchResponse(
-                records=table,
+                records=table if table.num_rows else self._empty,
                 high_watermark=self.high_watermark,
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
             )
         except Exception as error:
             return failure(error, FetchResponse)
+
+    def _check_range(self, offset: int) -> None:
+        if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{self.log.log_start_offset}, "
+                f"{self.log.log_end_offset}] of {self.topic}-{self.partition}"
+            )
 
     async def list_offsets(self, timestamp: int) -> ListOffsetsResponse:
         """The earliest (-2), latest (-1) or first offset at/after a timestamp (ms)."""
@@ -224,8 +393,7 @@ class PartitionReplica:
                 raise InvalidRequestError(
                     f"timestamp {timestamp!r} must be -2 (earliest), -1 (latest) or >= 0"
                 )
-            if self.role != ROLE_LEADER:
-                raise LeaderNotAvailableError(f"{self.topic}-{self.partition}: not the leader")
+            self._require_leader()
             if timestamp == EARLIEST_TIMESTAMP:
                 return ListOffsetsResponse(offset=self.log.log_start_offset)
             if timestamp == LATEST_TIMESTAMP:
@@ -237,21 +405,186 @@ class PartitionReplica:
         except Exception as error:
             return failure(error, ListOffsetsResponse)
 
+    # ------------------------------------------------------- leader: followers
+
+    async def replica_fetch(
+        self, replica_id: int, offset: int, leader_epoch: int, max_wait_ms: int
+    ) -> Result:
+        """A follower's fetch: raw batches from ``offset`` (its LEO), long-polled.
+
+        Records the follower's progress (ISR and high watermark follow from it) and
+        answers ``{"data": [buffers], "high_watermark", "log_start_offset", "log_end_offset"}``.
+        """
+        self._start()
+        try:
+            self._require_leader()
+            if leader_epoch != self.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"follower {replica_id} fetched with epoch {leader_epoch}, the leader "
+                    f"of {self.topic}-{self.partition} is at epoch {self.leader_epoch}"
+                )
+            if offset > self.log.log_end_offset:
+                self._check_range(offset)
+            if offset < self.log.log_start_offset:  # the follower restarts at log start
+                return Result(
+                    value={
+                        "data": [],
+                        "high_watermark": self.high_watermark,
+                        "log_start_offset": self.log.log_start_offset,
+                        "log_end_offset": self.log.log_end_offset,
+                    }
+                )
+            state = self.followers.setdefault(replica_id, FollowerState())
+            state.on_fetch(offset, self.log.log_end_offset, _now_ms())
+            self._update_high_watermark()
+            await self._maybe_expand_isr()
+            if offset >= self.log.log_end_offset and max_wait_ms > 0:
+                await self._wait(self._appended_event(), max_wait_ms / 1000)
+                self._require_leader()
+            data = (
+                self.log.read_raw(offset, REPLICA_FETCH_MAX_BYTES)
+                if offset < self.log.log_end_offset
+                else []
+            )
+            return Result(
+                value={
+                    "data": data,
+                    "high_watermark": self.high_watermark,
+                    "log_start_offset": self.log.log_start_offset,
+                    "log_end_offset": self.log.log_end_offset,
+                }
+            )
+        except Exception as error:
+            return failure(error)
+
+    async def offset_for_leader_epoch(self, epoch: int) -> Result:
+        """(largest epoch <= ``epoch``, where it ended): what a new follower truncates to."""
+        self._start()
+        try:
+            self._require_leader()
+            found = self.log.leader_epochs.end_offset_for_epoch(epoch, self.log.log_end_offset)
+            return Result(value=found)
+        except Exception as error:
+            return failure(error)
+
+    async def _maybe_expand_isr(self) -> None:
+        start = dict(self.log.leader_epochs.entries()).get(self.leader_epoch, 0)
+        wanted = expanded_isr(self.isr, self.replicas, self.followers, self.high_watermark, start)
+        if wanted != self.isr:
+            await self._alter_isr(wanted)
+
+    async def _check_isr_lag(self) -> None:
+        wanted = shrunk_isr(
+            self.replica_id,
+            self.isr,
+            self.followers,
+            _now_ms(),
+            self.broker.replica_lag_time_max_ms,
+        )
+        if wanted != self.isr:
+            await self._alter_isr(wanted)
+
+    async def _alter_isr(self, isr: list[int]) -> None:
+        """Ask the controller to change the ISR; adopt it once it is durable."""
+        if self._isr_change_pending:
+            return
+        self._isr_change_pending = True
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+            answer = await controller.alter_isr.remote(
+                self.topic,
+                self.partition,
+                self.replica_id,
+                self.leader_epoch,
+                self.partition_epoch,
+                isr,
+            )
+            if answer.error_code == 0 and self.role == ROLE_LEADER:
+                self.partition_epoch = answer.value
+                self.isr = list(isr)
+                self._update_high_watermark()
+        except Exception:  # the controller is away: the next check tries again
+            logger.info("ISR change of %s-%s deferred", self.topic, self.partition)
+        finally:
+            self._isr_change_pending = False
+
+    # ------------------------------------------------------- follower: copying
+
+    async def _follow(self) -> None:
+        """Truncate a divergent suffix, then copy the leader's log until told otherwise."""
+        epoch = self.leader_epoch
+        leader = self._leader_handle
+        backoff = 0.05
+        truncated = False
+        while self.role == ROLE_FOLLOWER and self.leader_epoch == epoch:
+            try:
+                if not truncated:
+                    await self._truncate_to_leader(leader)
+                    truncated = True
+                answer = await leader.replica_fetch.remote(
+                    self.replica_id, self.log.log_end_offset, epoch, REPLICA_FETCH_WAIT_MS
+                )
+                if answer.error_code:
+                    error = answer.error()
+                    if isinstance(error, OffsetOutOfRangeError):
+                        truncated = False
+                    raise error
+                value = answer.value
+                if self.log.log_end_offset < value["log_start_offset"]:
+                    self.log.truncate_fully_and_start_at(value["log_start_offset"])
+                    continue
+                for chunk in value["data"]:
+                    await asyncio.to_thread(self.log.append_raw, chunk)
+                self._set_high_watermark(value["high_watermark"])
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                logger.debug(
+                    "follower %s of %s-%s: %s", self.replica_id, self.topic, self.partition, error
+                )
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _truncate_to_leader(self, leader: Any) -> None:
+        cache = self.log.leader_epochs
+        latest = cache.latest_epoch
+        answer = await leader.offset_for_leader_epoch.remote(latest)
+        epoch, end = answer.unwrap()
+        end_of = lambda e: cache.end_offset_for_epoch(e, self.log.log_end_offset)[1]  # noqa: E731
+        target = truncation_offset(
+            latest, self.log.log_end_offset, self.high_watermark, end_of, epoch, end
+        )
+        if target < self.log.log_end_offset:
+            logger.info(
+                "replica %s of %s-%s truncates %d -> %d",
+                self.replica_id,
+                self.topic,
+                self.partition,
+                self.log.log_end_offset,
+                target,
+            )
+            self.log.truncate_to(target)
+
     # -------------------------------------------------------------- management
 
     async def state(self) -> dict[str, Any]:
-        """Role, epoch and offsets, for describe and status."""
+        """Role, epochs, ISR and offsets, for describe and status."""
         self._start()
         return {
             "replica_id": self.replica_id,
             "role": self.role,
+            "leader_id": self.leader_id,
             "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
+            "isr": list(self.isr),
             "log_start_offset": self.log.log_start_offset,
             "high_watermark": self.high_watermark,
             "log_end_offset": self.log.log_end_offset,
             "size_bytes": self.log.size_bytes,
             "segments": self.log.segment_count,
             "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
         }
 
     async def update_config(self, config: dict[str, Any]) -> Result:
@@ -275,20 +608,33 @@ class PartitionReplica:
         removed = self.log.compact().records_removed if self.config.compact else 0
         return {"segments_deleted": deleted, "records_compacted": removed}
 
+    def _checkpoint_high_watermark(self) -> None:
+        """Persist the high watermark so a restarted leader does not start below it."""
+        if self.high_watermark != self._checkpointed_high_watermark:
+            write_atomically(
+                os.path.join(self.directory, HIGH_WATERMARK_FILE), f"{self.high_watermark}\n"
+            )
+            self._checkpointed_high_watermark = self.high_watermark
+
     async def close(self) -> Result:
-        """Flush and close the log cleanly (before the actor is stopped)."""
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
+        """Stop background work, flush and close the log cleanly."""
+        self._stop_all()
+        self._checkpoint_high_watermark()
         self.log.close()
         return Result()
 
     async def delete(self) -> Result:
         """Delete the replica's data (topic deletion)."""
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
+        self._stop_all()
         self.log.delete()
         shutil.rmtree(self.directory, ignore_errors=True)
         return Result()
+
+    def _stop_all(self) -> None:
+        self._stop_following()
+        for task in self._tasks:
+            task.cancel()
+        self.role = ROLE_PENDING
 
     async def ping(self) -> int:
         """Liveness check; returns the actor's process id."""
@@ -296,17 +642,26 @@ class PartitionReplica:
         return os.getpid()
 
     def _start(self) -> None:
-        if self._housekeeping is None:
-            self._housekeeping = asyncio.get_running_loop().create_task(self._housekeeping_loop())
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._housekeeping_loop()),
+                loop.create_task(self._recover_role()),
+            ]
 
     async def _housekeeping_loop(self) -> None:
         retention_every = self.broker.log_retention_check_interval_ms / 1000
         flush_every = self.broker.log_flush_scheduler_interval_ms / 1000
+        isr_every = self.broker.replica_lag_time_max_ms / 2000
+        tick = min(flush_every, retention_every, isr_every)
         next_retention = time.monotonic() + retention_every
         while True:
-            await asyncio.sleep(min(flush_every, retention_every))
+            await asyncio.sleep(tick)
             try:
                 self.log.maybe_flush()
+                self._checkpoint_high_watermark()
+                if self.role == ROLE_LEADER:
+                    await self._check_isr_lag()
                 if time.monotonic() >= next_retention:
                     next_retention = time.monotonic() + retention_every
                     await asyncio.to_thread(self._housekeep)

@@ -66,8 +66,12 @@ STICKY = -1
 BY_KEY = -2
 """Partition marker: a keyed record whose partition murmur2 decides at drain time."""
 
-RECORD_OVERHEAD_BYTES = 24
-"""Bytes a record costs beyond its key, value and headers (Arrow offsets, timestamp)."""
+RECORD_OVERHEAD_BYTES = 32
+"""Bytes a record costs beyond its key, value and headers (offsets, timestamp, as stored)."""
+
+REQUEST_FILL = 0.9
+"""Requests are cut at this share of ``max_request_size``: sizes are estimates, and the
+encoded batch (IPC framing, the log's offset column) is a little larger."""
 
 MAX_CHUNK_BYTES = 16 << 20
 """A chunk spread over many partitions is sealed at this size at the latest."""
@@ -414,37 +418,42 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Callable[[Any], 
 
 
 class Chunk:
-    """The records of one topic buffered since the last drain (plain Python lists)."""
+    """The records of one topic buffered since the last drain.
+
+    ``records`` holds ``(key, value, timestamp_ms, partition marker)`` tuples (one list
+    append per ``send()``); ``headers`` maps a record's index to its headers, for the
+    few records that have some. A chunk is *ready* once it holds ``limit_bytes``; it
+    keeps taking records until the sender drains it or it reaches ``cap_bytes``, so
+    requests grow when the sender falls behind instead of queueing up small ones.
+    """
 
     __slots__ = (
+        "cap_bytes",
         "created",
-        "has_keys",
         "headers",
-        "keys",
         "limit_bytes",
-        "parts",
+        "ready",
+        "records",
         "result",
         "size_bytes",
-        "timestamps",
         "topic",
-        "values",
     )
 
-    def __init__(self, topic: str, result: ProduceResult, created: float, limit_bytes: int) -> None:
+    def __init__(
+        self, topic: str, result: ProduceResult, created: float, limit_bytes: int, cap_bytes: int
+    ) -> None:
         self.topic = topic
         self.result = result
         self.created = created
         self.limit_bytes = limit_bytes
-        self.keys: list[bytes | None] = []
-        self.values: list[Any] = []
-        self.timestamps: list[int] = []
-        self.parts: list[int] = []
+        self.cap_bytes = cap_bytes
+        self.ready = False
+        self.records: list[tuple[bytes | None, Any, int, int]] = []
         self.headers: dict[int, list[tuple[str, bytes | None]]] = {}
-        self.has_keys = False
         self.size_bytes = 0
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.records)
 
 
 class BulkJob:
@@ -462,7 +471,13 @@ class RecordAccumulator:
     """Per-topic chunks between ``send()`` and the sender; thread-safe.
 
     ``send()`` threads call :meth:`append`; the sender thread calls :meth:`drain` and
-    waits on :attr:`wakeup` when idle. ``clock`` returns monotonic seconds.
+    :meth:`wait_for_work`. ``clock`` returns monotonic seconds.
+
+    A topic's open chunk becomes ready at ``batch_size`` bytes (``batch_size`` times
+    the partition count once it holds keyed or explicitly partitioned records, so each
+    partition's share is near ``batch_size``) or ``linger_ms`` after its first record,
+    and is closed to new records when drained or at ``max_request_size`` (times the
+    partition count, likewise) bytes.
 
     Invariant: :attr:`buffered_bytes` is the size of every record appended and not yet
     completed; :meth:`append` blocks while adding one would exceed ``buffer_memory``.
@@ -474,12 +489,18 @@ class RecordAccumulator:
         linger_ms: int,
         buffer_memory: int,
         clock: Callable[[], float],
+        max_block_ms: int = 60_000,
+        max_request_size: int = 1 << 20,
     ) -> None:
         self.batch_size = batch_size
+        self.cap_bytes = max(batch_size, int(max_request_size * REQUEST_FILL))
         self.linger_s = linger_ms / 1000
         self.buffer_memory = buffer_memory
+        self.max_block_ms = max_block_ms
         self.clock = clock
         self.lock = threading.Lock()
+        self._acquire = self.lock.acquire
+        self._release = self.lock.release
         self.wakeup = threading.Condition(self.lock)
         self._space = threading.Condition(self.lock)
         self._open: dict[str, Chunk] = {}
@@ -492,72 +513,87 @@ class RecordAccumulator:
     def append(
         self,
         topic: str,
-        num_partitions: int,
-        part: int,
-        key: bytes | None,
-        value: Any,
-        timestamp: int,
-        headers: list[tuple[str, bytes | None]] | None,
+        record: tuple[bytes | None, Any, int, int],
         size: int,
-        max_block_ms: int,
+        headers: list[tuple[str, bytes | None]] | None,
+        num_partitions: int,
     ) -> FutureRecordMetadata:
-        """Buffer one validated record; block up to ``max_block_ms`` for buffer space.
+        """Buffer one validated record ``(key, value, timestamp_ms, partition marker)``.
+
+        Blocks up to ``max_block_ms`` while ``buffer_memory`` is full.
 
         Raises:
             IllegalStateError: the producer is closed.
             RaystreamTimeoutError: no buffer space within ``max_block_ms``.
             RecordTooLargeError: the record alone exceeds ``buffer_memory``.
         """
-        with self.lock:
+        self._acquire()  # not "with": this is the hot path, and __exit__ costs
+        try:
             if self.closed:
                 raise IllegalStateError("send() after the producer was closed")
             if self.buffered_bytes + size > self.buffer_memory:
-                self._wait_for_space(topic, size, max_block_ms)
+                self._wait_for_space(topic, size)
             chunk = self._open.get(topic)
-            if chunk is None:
+            if chunk is None or chunk.size_bytes + size > chunk.cap_bytes:
                 chunk = self._new_chunk(topic)
-            index = len(chunk.values)
-            chunk.values.append(value)
-            chunk.keys.append(key)
-            chunk.timestamps.append(timestamp)
-            chunk.parts.append(part)
-            if key is not None:
-                chunk.has_keys = True
-            if part != STICKY and chunk.limit_bytes == self.batch_size and num_partitions > 1:
-                chunk.limit_bytes = max(
-                    self.batch_size, min(self.batch_size * num_partitions, MAX_CHUNK_BYTES)
-                )
+            records = chunk.records
+            index = len(records)
+            records.append(record)
             if headers:
                 chunk.headers[index] = headers
-            chunk.size_bytes += size
+            if record[3] != STICKY and num_partitions > 1 and chunk.limit_bytes == self.batch_size:
+                self._spread(chunk, num_partitions)
             self.buffered_bytes += size
-            if chunk.size_bytes >= chunk.limit_bytes:
-                self._seal(chunk)
+            chunk.size_bytes += size
+            if chunk.size_bytes >= chunk.limit_bytes and not chunk.ready:
+                self._full(chunk)
             return FutureRecordMetadata(chunk.result, index)
+        finally:
+            self._release()
 
     def _new_chunk(self, topic: str) -> Chunk:
+        full = self._open.get(topic)
+        if full is not None:
+            self._close_chunk(full)
         result = ProduceResult(topic, on_done=self._completed)
-        chunk = Chunk(topic, result, self.clock(), self.batch_size)
+        chunk = Chunk(topic, result, self.clock(), self.batch_size, self.cap_bytes)
         self._open[topic] = chunk
         self._incomplete.add(result)
         self.wakeup.notify()  # the sender learns of the new linger deadline
         return chunk
 
-    def _seal(self, chunk: Chunk) -> None:
-        del self._open[chunk.topic]
-        chunk.result.size_bytes = chunk.size_bytes
-        self._ready.append(chunk)
-        self.wakeup.notify()
+    def _spread(self, chunk: Chunk, num_partitions: int) -> None:
+        chunk.limit_bytes = max(
+            self.batch_size, min(self.batch_size * num_partitions, MAX_CHUNK_BYTES)
+        )
+        chunk.cap_bytes = max(
+            chunk.limit_bytes, min(self.cap_bytes * num_partitions, MAX_CHUNK_BYTES)
+        )
 
-    def _wait_for_space(self, topic: str, size: int, max_block_ms: int) -> None:
+    def _full(self, chunk: Chunk) -> None:
+        if not chunk.ready:
+            chunk.ready = True
+            self._ready.append(chunk)
+            self.wakeup.notify()
+
+    def _close_chunk(self, chunk: Chunk) -> None:
+        """No more records for ``chunk``; it is (or becomes) ready."""
+        if self._open.get(chunk.topic) is chunk:
+            del self._open[chunk.topic]
+        if not chunk.ready:
+            chunk.ready = True
+            self._ready.append(chunk)
+            self.wakeup.notify()
+
+    def _wait_for_space(self, topic: str, size: int) -> None:
         if size > self.buffer_memory:
             raise RecordTooLargeError(
                 f"a record of {size} bytes exceeds buffer_memory={self.buffer_memory}"
             )
         open_chunk = self._open.get(topic)
         if open_chunk is not None:
-            self._seal(open_chunk)  # send what is buffered now rather than lingering
-        deadline = self.clock() + max_block_ms / 1000
+            self._close_chunk(open_chunk)  # send what is buffered now rather than lingering
+        deadline = self.clock() + self.max_block_ms / 1000
         while self.buffered_bytes + size > self.buffer_memory:
             if self.closed:
                 raise IllegalStateError("send() after the producer was closed")
@@ -566,7 +602,7 @@ class RecordAccumulator:
                 raise RaystreamTimeoutError(
                     f"no room for a record of {size} bytes in buffer_memory="
                     f"{self.buffer_memory} ({self.buffered_bytes} bytes unsent) within "
-                    f"max_block_ms={max_block_ms}"
+                    f"max_block_ms={self.max_block_ms}"
                 )
             self._space.wait(remaining)
 
@@ -583,37 +619,46 @@ class RecordAccumulator:
                 raise IllegalStateError("send_batch() after the producer was closed")
             chunk = self._open.get(job.topic)
             if chunk is not None:
-                self._seal(chunk)
+                self._close_chunk(chunk)
             self._ready.append(job)
             self.wakeup.notify()
 
     def drain(self, now: float) -> tuple[list[Chunk | BulkJob], float | None]:
         """Take what is ready to send; also return when the next open chunk will be.
 
-        Ready: sealed chunks and bulk jobs, open chunks older than ``linger_ms``, and
-        every open chunk while a flush is in progress or the producer is closing.
-        Call with :attr:`lock` held.
+        Ready: full chunks and bulk jobs (in the order they became ready), then open
+        chunks older than ``linger_ms``, or all open chunks while a flush is in progress
+        or the producer is closing. Taken chunks take no more records. Call with
+        :attr:`lock` held.
         """
         ready = list(self._ready)
         self._ready.clear()
+        for item in ready:
+            if isinstance(item, Chunk):
+                self._take(item)
         next_deadline = None
         everything = self.flushes_in_progress > 0 or self.closed
-        for topic, chunk in list(self._open.items()):
+        for chunk in list(self._open.values()):
             deadline = chunk.created + self.linger_s
             if everything or deadline <= now:
-                del self._open[topic]
-                chunk.result.size_bytes = chunk.size_bytes
+                self._take(chunk)
                 ready.append(chunk)
             elif next_deadline is None or deadline < next_deadline:
                 next_deadline = deadline
         return ready, next_deadline
 
+    def _take(self, chunk: Chunk) -> None:
+        if self._open.get(chunk.topic) is chunk:
+            del self._open[chunk.topic]
+        chunk.ready = True
+        chunk.result.size_bytes = chunk.size_bytes
+
     def wait_for_work(self, timeout: float | None) -> None:
         """Block until something may be ready to drain, or ``timeout`` seconds pass.
 
         Checks under the lock, so a record appended just before cannot be missed: the
-        wait ends when a chunk is sealed, a bulk job or flush arrives, the producer
-        closes, or the oldest open chunk's linger expires.
+        wait ends when a chunk fills, a bulk job or flush arrives, the producer closes,
+        or the oldest open chunk's linger expires.
         """
         with self.lock:
             if self._ready or ((self.closed or self.flushes_in_progress) and self._open):
@@ -682,12 +727,13 @@ def build_requests(
         The requests, in partition order then row order.
     """
     result = chunk.result
-    count = len(chunk.values)
-    timestamps = np.fromiter(chunk.timestamps, dtype=np.int64, count=count)
-    parts = np.fromiter(chunk.parts, dtype=np.int32, count=count)
-    keys: Sequence[bytes | None] = chunk.keys
-    values: Sequence[Any] = chunk.values
+    count = len(chunk.records)
+    keys, values, stamps, markers = zip(*chunk.records, strict=True) if count else ((),) * 4
+    timestamps = np.fromiter(stamps, dtype=np.int64, count=count)
+    parts = np.fromiter(markers, dtype=np.int32, count=count)
     headers = _header_list(chunk.headers, count)
+    chunk.records = []  # free the buffer
+    chunk.headers = {}
     row_of = None
     try:
         batch = build_batch(topic.record_schema, keys, values, timestamps, headers)
@@ -704,14 +750,13 @@ def build_requests(
         headers = None if headers is None else [headers[i] for i in keep]
         parts = parts[keep]
         batch = build_batch(topic.record_schema, keys, values, timestamps[keep], headers)
-    chunk.keys = chunk.values = chunk.timestamps = chunk.parts = []  # free the buffers
-    chunk.headers = {}
     if batch.num_rows == 0:
         result.set_requests([], timestamps, None, row_of)
         return []
     parts = assign_partitions(parts, batch.column("key"), topic, partitioner)
+    per_request = rows_per_request(batch, max_request_size, chunk.size_bytes)
     requests, order = split_by_partition(
-        batch, parts, topic.name, result, chunk.created, max_request_size
+        batch, parts, topic.name, result, chunk.created, per_request
     )
     result.set_requests(requests, timestamps, order, row_of)
     return requests
@@ -768,54 +813,69 @@ def split_by_partition(
     topic: str,
     result: ProduceResult,
     created: float,
-    max_request_size: int,
+    per_request: int,
 ) -> tuple[list[ProduceRequest], np.ndarray | None]:
     """Requests for ``batch`` whose row ``i`` goes to partition ``parts[i]``.
 
-    Rows are stably sorted by partition (None is returned as the order when they are
-    already, e.g. all in one partition); each partition's run is cut into slices of at
-    most about ``max_request_size`` bytes (estimated from the batch's average row).
+    Rows are stably sorted by partition (the order is returned; None when they are
+    already, e.g. all in one partition); each partition's run is cut into requests of
+    at most ``per_request`` rows (see :func:`rows_per_request`). Every request's batch
+    owns compact buffers, since Ray would ship a slice's whole parent buffers.
     """
     rows = batch.num_rows
-    first = int(parts[0])
     if rows == 0:
         return [], None
-    order = None
-    if (parts == first).all():
-        bounds = [(first, 0, rows)]
-    else:
-        order = np.argsort(parts, kind="stable")
-        batch = batch.take(pa.array(order))
-        sorted_parts = parts[order]
-        edges = np.flatnonzero(np.diff(sorted_parts)) + 1
-        starts = np.concatenate([[0], edges])
-        stops = np.concatenate([edges, [rows]])
-        bounds = [
-            (int(sorted_parts[s]), int(s), int(e)) for s, e in zip(starts, stops, strict=True)
-        ]
-    per_request = rows_per_request(batch, max_request_size)
+    first = int(parts[0])
     requests = []
-    for partition, start, stop in bounds:
+    if (parts == first).all():
+        whole = per_request >= rows
+        for lo in range(0, rows, per_request):
+            piece = batch if whole else compact(batch.slice(lo, per_request))
+            requests.append(ProduceRequest(topic, first, piece, result, lo, created))
+        return requests, None
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    edges = np.flatnonzero(np.diff(sorted_parts)) + 1
+    starts = np.concatenate([[0], edges]).tolist()
+    stops = np.concatenate([edges, [rows]]).tolist()
+    for start, stop in zip(starts, stops, strict=True):
+        partition = int(sorted_parts[start])
         for lo in range(start, stop, per_request):
             hi = min(lo + per_request, stop)
-            requests.append(
-                ProduceRequest(topic, partition, batch.slice(lo, hi - lo), result, lo, created)
-            )
+            piece = batch.take(pa.array(order[lo:hi]))  # a copy: compact
+            requests.append(ProduceRequest(topic, partition, piece, result, lo, created))
     return requests, order
 
 
-def rows_per_request(batch: pa.RecordBatch, max_request_size: int) -> int:
-    """How many rows of ``batch`` fit in ``max_request_size`` bytes, by average row."""
+def compact(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with buffers of its own rows only (a slice keeps its parent's)."""
+    return pa.concat_batches([batch]) if _is_view(batch) else batch
+
+
+def _is_view(batch: pa.RecordBatch) -> bool:
+    return batch.get_total_buffer_size() > batch.nbytes + 4096
+
+
+def rows_per_request(batch: pa.RecordBatch, max_request_size: int, size_bytes: int = -1) -> int:
+    """How many rows of ``batch`` fit in a request, by average row.
+
+    A request gets :data:`REQUEST_FILL` of ``max_request_size``; ``size_bytes`` is the
+    batch's size if already known (else Arrow's ``nbytes``).
+    """
     rows = batch.num_rows
     if rows == 0:
         return 1
-    average = max(batch.nbytes / rows, 1.0)
-    return max(1, min(rows, int(max_request_size / average)))
+    size = batch.nbytes if size_bytes < 0 else size_bytes
+    budget = max_request_size * REQUEST_FILL
+    if size <= budget:
+        return rows
+    return max(1, int(rows * budget / size))
 
 
 __all__ = [
     "BY_KEY",
     "RECORD_OVERHEAD_BYTES",
+    "REQUEST_FILL",
     "STICKY",
     "BulkJob",
     "Chunk",
@@ -826,6 +886,7 @@ __all__ = [
     "TopicInfo",
     "assign_partitions",
     "build_requests",
+    "compact",
     "rows_per_request",
     "split_by_partition",
 ]

@@ -49,6 +49,7 @@ from raystream.client.accumulator import (
     RecordAccumulator,
     TopicInfo,
     assign_partitions,
+    compact,
     rows_per_request,
     split_by_partition,
 )
@@ -144,11 +145,15 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._max_request_size = config.max_request_size
-        self._max_block_ms = config.max_block_ms
         self._topics = TopicCache(self.cluster)
         self._infos = self._topics._infos  # read-only fast path for send()
         self._accumulator = RecordAccumulator(
-            config.batch_size, config.linger_ms, config.buffer_memory, time.monotonic
+            config.batch_size,
+            config.linger_ms,
+            config.buffer_memory,
+            time.monotonic,
+            config.max_block_ms,
+            config.max_request_size,
         )
         self._append = self._accumulator.append
         self._sender = Sender(
@@ -240,15 +245,7 @@ class Producer:
                 f"max_request_size={self._max_request_size}"
             )
         return self._append(
-            topic,
-            info.num_partitions,
-            part,
-            key,
-            value,
-            timestamp_ms,
-            headers,
-            size,
-            self._max_block_ms,
+            topic, (key, value, timestamp_ms, part), size, headers, info.num_partitions
         )
 
     def _topic(self, topic: str) -> TopicInfo:
@@ -318,17 +315,18 @@ class Producer:
         if self._closed:
             raise IllegalStateError("send_batch() after the producer was closed")
         info = self._topic(topic)
-        batch = batch_from_table(table, info.record_schema, key_column, time.time_ns() // 1_000_000)
+        now_ms = time.time_ns() // 1_000_000
+        batch = compact(batch_from_table(table, info.record_schema, key_column, now_ms))
         rows = batch.num_rows
         if rows == 0:
             return []
         result = ProduceResult(topic)
         created = time.monotonic()
-        max_size = self._max_request_size
+        per_request = rows_per_request(batch, self._max_request_size)
         keys = batch.column("key")
         if partition is not None:
             parts = np.full(rows, self._check_partition(topic, partition), dtype=np.int32)
-            requests, _ = split_by_partition(batch, parts, topic, result, created, max_size)
+            requests, _ = split_by_partition(batch, parts, topic, result, created, per_request)
         elif keys.null_count == rows:
             requests = self._spread(batch, info, result, created)
         else:
@@ -341,7 +339,7 @@ class Producer:
                     dtype=np.int32,
                     count=rows,
                 )
-            requests, _ = split_by_partition(batch, parts, topic, result, created, max_size)
+            requests, _ = split_by_partition(batch, parts, topic, result, created, per_request)
         first_timestamps = [r.batch.column("timestamp")[0].as_py() for r in requests]
         result.set_requests(requests)
         self._accumulator.add_bulk(BulkJob(topic, result, requests))
@@ -382,7 +380,7 @@ class Producer:
             ProduceRequest(
                 info.name,
                 (start + j) % info.num_partitions,
-                batch.slice(lo, per_slice),
+                compact(batch.slice(lo, per_slice)),
                 result,
                 lo,
                 created,

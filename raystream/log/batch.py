@@ -32,7 +32,7 @@ an extra ``__offset`` column and sets the explicit-offsets attribute.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 import numpy as np
@@ -64,8 +64,7 @@ EXPLICIT_OFFSET_COLUMN = "__offset"
 assert HEADER_SIZE == 64
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """The metadata of one stored batch; ``last_offset`` and ``next_offset`` are derived."""
 
     base_offset: int
@@ -122,7 +121,7 @@ def parse_header(buffer: object, position: int, limit: int, where: str) -> Batch
     """
     if position + HEADER_SIZE > limit:
         raise CorruptRecordError(f"{where} position {position}: truncated batch header")
-    header = BatchHeader(*HEADER.unpack_from(buffer, position))
+    header = BatchHeader._make(HEADER.unpack_from(buffer, position))
     if header.magic != MAGIC:
         raise CorruptRecordError(f"{where} position {position}: unknown batch magic {header.magic}")
     if header.size < HEADER_SIZE or position + header.size > limit:

@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +45,11 @@ from raystream.log.batch import (
     PayloadEncoder,
     batch_offsets,
     encode_header,
+    parse_header,
     payload_size,
     rewrite_batch,
     user_columns,
+    verify_crc,
 )
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
 from raystream.log.config import LogConfig
@@ -70,12 +71,25 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """A batch as stored: its header and a zero-copy view of its Arrow IPC payload."""
+    """A batch as stored: its header and zero-copy views of its bytes."""
 
-    header: BatchHeader
-    payload: pa.Buffer
+    __slots__ = ("buffer", "header", "position")
+
+    def __init__(self, header: BatchHeader, buffer: pa.Buffer, position: int) -> None:
+        self.header = header
+        self.buffer = buffer
+        self.position = position
+
+    @property
+    def payload(self) -> pa.Buffer:
+        """The Arrow IPC stream of the batch."""
+        return self.buffer.slice(self.position + HEADER_SIZE, self.header.size - HEADER_SIZE)
+
+    @property
+    def raw(self) -> pa.Buffer:
+        """The whole stored batch, header included (what replication copies)."""
+        return self.buffer.slice(self.position, self.header.size)
 
 
 class Log:
@@ -298,7 +312,7 @@ class Log:
                 base_sequence=base_sequence,
                 record_count=count,
             )
-            self._segments[-1].append(header, payload, BatchHeader(*HEADER.unpack(header)))
+            self._segments[-1].append(header, payload, BatchHeader._make(HEADER.unpack(header)))
             if partition_leader_epoch >= 0:
                 self.leader_epochs.assign(partition_leader_epoch, base_offset)
             self._after_append(count, now)
@@ -390,12 +404,7 @@ class Log:
                     if header.base_offset >= limit or (result and total + header.size > max_bytes):
                         return result
                     segment.check(position, header, buffer)
-                    result.append(
-                        StoredBatch(
-                            header,
-                            buffer.slice(position + HEADER_SIZE, header.size - HEADER_SIZE),
-                        )
-                    )
+                    result.append(StoredBatch(header, buffer, position))
                     total += header.size
             return result
 
@@ -422,12 +431,78 @@ class Log:
             # Compaction left the first batch no row from start_offset on: skip past it.
             start_offset = stored[0].header.next_offset
 
+    def read_raw(
+        self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+    ) -> list[pa.Buffer]:
+        """Stored batches from ``start_offset`` on, as few contiguous byte ranges.
+
+        What a leader sends a follower: whole checksum-checked batches, headers
+        included, zero-copy slices of the segments (one per segment spanned).
+        """
+        runs: list[pa.Buffer] = []
+        start = end = -1
+        buffer = None
+        for item in self.read_batches(start_offset, max_bytes, max_offset):
+            if item.buffer is buffer and item.position == end:
+                end += item.header.size
+                continue
+            if buffer is not None:
+                runs.append(buffer.slice(start, end - start))
+            buffer, start, end = item.buffer, item.position, item.position + item.header.size
+        if buffer is not None:
+            runs.append(buffer.slice(start, end - start))
+        return runs
+
+    def append_raw(self, data: pa.Buffer | bytes) -> int:
+        """Append stored batches copied from a leader, keeping their offsets and epochs.
+
+        Each batch's checksum is verified first and its base offset must not be below
+        the log end offset. Returns the number of batches appended.
+
+        Raises:
+            CorruptRecordError: a batch is malformed or fails its checksum.
+            InvalidRecordError: a batch would go backwards in offsets.
+        """
+        buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+        size = buffer.size
+        count = 0
+        with self._lock:
+            self._check_open()
+            position = 0
+            while position < size:
+                header = parse_header(buffer, position, size, "replicated data")
+                verify_crc(buffer, position, header, "replicated data")
+                if header.base_offset < self.log_end_offset:
+                    raise InvalidRecordError(
+                        f"replicated batch at offset {header.base_offset} is below the log "
+                        f"end offset {self.log_end_offset}"
+                    )
+                self._maybe_roll(header.size, header.last_offset_delta + 1, header.max_timestamp)
+                segment = self._segments[-1]
+                if segment.is_empty and header.base_offset > segment.base_offset:
+                    segment.delete()
+                    self._segments[-1] = self._new_segment(header.base_offset)
+                    self._bases[-1] = header.base_offset
+                    segment = self._segments[-1]
+                segment.append(
+                    buffer.slice(position, HEADER_SIZE).to_pybytes(),
+                    [buffer.slice(position + HEADER_SIZE, header.size - HEADER_SIZE)],
+                    header,
+                )
+                if header.partition_leader_epoch >= 0:
+                    self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+                self._after_append(header.record_count, self._clock())
+                position += header.size
+                count += 1
+        return count
+
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
         batches: list[pa.RecordBatch] = []
-        offsets: list[np.ndarray] = []
+        ranges: list[np.ndarray | tuple[int, int]] = []
         schema: pa.Schema | None = None
         contiguous = True
+        next_offset = -1
         for item in stored:
             header = item.header
             batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
@@ -439,31 +514,36 @@ class Log:
                 schema = batch_schema
             elif batch_schema is not schema and not batch_schema.equals(schema):
                 break
+            count = decoded.num_rows
             if header.has_explicit_offsets:
                 lo = int(np.searchsorted(rows, start_offset))
                 hi = int(np.searchsorted(rows, limit))
                 rows = rows[lo:hi]
                 contiguous = False
             else:
-                base, count = header.base_offset, decoded.num_rows
+                base = header.base_offset
                 lo = max(start_offset - base, 0)
                 hi = min(limit - base, count)
-                rows = np.arange(base + lo, base + hi, dtype=np.int64)
-                if offsets and len(offsets[-1]) and offsets[-1][-1] + 1 != base + lo:
+                rows = (base + lo, base + hi)
+                if next_offset >= 0 and base + lo != next_offset:
                     contiguous = False
-            if lo or hi < decoded.num_rows:
-                decoded = decoded.slice(lo, max(hi - lo, 0))
-            if decoded.num_rows:
-                batches.append(decoded)
-                offsets.append(rows)
+                next_offset = base + hi
+            if hi <= lo:
+                continue
+            if lo or hi < count:
+                decoded = decoded.slice(lo, hi - lo)
+            batches.append(decoded)
+            ranges.append(rows)
         if not batches:
             return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
         table = pa.Table.from_batches(batches)
         if contiguous:
-            first = int(offsets[0][0])
+            first = ranges[0][0]
             column = np.arange(first, first + table.num_rows, dtype=np.int64)
         else:
-            column = np.concatenate(offsets)
+            column = np.concatenate(
+                [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
+            )
         return table.append_column(OFFSET_COLUMN, pa.array(column))
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
@@ -532,7 +612,7 @@ class Log:
                 segment.truncate_at(position, header)
                 if prefix is not None:
                     encoded, payload = prefix
-                    segment.append(encoded, payload, BatchHeader(*HEADER.unpack(encoded)))
+                    segment.append(encoded, payload, BatchHeader._make(HEADER.unpack(encoded)))
             if not self._segments or self._segments[-1].next_offset < offset:
                 # Compaction removed the records right below offset: the log still ends there.
                 segment = self._new_segment(offset)

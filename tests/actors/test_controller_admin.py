@@ -46,6 +46,19 @@ def fetch_all(cluster: rs.Cluster, topic: str, partition: int = 0) -> list[bytes
     return response.records.column("value").to_pylist()
 
 
+def wait_until_leader(handle, timeout_s: float = 60) -> None:
+    """Wait until a (restarted) replica serves as leader again."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            if ray.get(handle.state.remote(), timeout=5)["role"] == "leader":
+                return
+        except Exception:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the replica did not become leader again")
+
+
 def test_topics_are_created_described_listed_and_deleted(cluster: rs.Cluster) -> None:
     admin = cluster.admin()
     description = admin.create_topic("orders", partitions=2, config={"retention.ms": 60000})
@@ -235,13 +248,7 @@ def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
     produce(cluster, "phoenix", [b"before"])
     leader = cluster.topic_metadata("phoenix").partitions[0].leader_handle
     ray.kill(leader, no_restart=False)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            ray.get(leader.ping.remote(), timeout=5)
-            break
-        except Exception:
-            time.sleep(0.2)
+    wait_until_leader(leader)
     assert fetch_all(cluster, "phoenix") == [b"before"]
 
 

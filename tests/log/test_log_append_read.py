@@ -227,7 +227,9 @@ def test_schema_change_between_batches_one_read_returns_one_schema(make_log, bat
     log.append(batch(["a", "b"]))
     log.append(batch(["c"]))
     log.append(pa.record_batch({"value": pa.array([1, 2], pa.int64()), "extra": [True, False]}))
-    log.append(pa.record_batch({"value": pa.array([3], pa.int64()), "extra": pa.array([None], pa.bool_())}))
+    log.append(
+        pa.record_batch({"value": pa.array([3], pa.int64()), "extra": pa.array([None], pa.bool_())})
+    )
     log.append(batch(["d"]))
 
     first = log.read(0)
@@ -414,4 +416,3 @@ def test_delete_removes_the_directory(make_log, batch):
     log.append(batch(["a"]))
     log.delete()
     assert not os.path.exists(log.directory)
-

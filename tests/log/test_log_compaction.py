@@ -215,7 +215,9 @@ def test_compaction_keeps_batch_metadata(make_log, batch):
 
 def test_compaction_then_offset_for_timestamp_and_truncation(make_log, batch):
     log = make_log(cleanup_policy="compact")
-    log.append(batch(["a1", "b1", "a2"], keys=list("aba"), timestamps=[START, START + 1, START + 2]))
+    log.append(
+        batch(["a1", "b1", "a2"], keys=list("aba"), timestamps=[START, START + 1, START + 2])
+    )
     log.append(batch(["b2"], keys=["b"], timestamps=START + 3))
     log.roll()
     log.append(batch(["c"], keys=["c"], timestamps=START + 4))

@@ -32,8 +32,9 @@ for i in range(200_000):
         break
     first = log.log_end_offset
     count = i % 7 + 1
-    offsets = pa.array(range(first, first + count), pa.int64())
-    batch = pa.record_batch({"value": offsets, "text": pa.array([f"row-{o}" for o in range(first, first + count)])})
+    offsets = range(first, first + count)
+    text = [f"row-{o}" for o in offsets]
+    batch = pa.record_batch({"value": pa.array(offsets, pa.int64()), "text": text})
     log.append(batch, compression=None if codec == "none" else codec)
     if (i + 1) % flush_every == 0:
         log.flush()

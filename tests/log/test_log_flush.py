@@ -46,7 +46,7 @@ def test_default_policy_never_flushes_on_its_own(make_log, batch, clock, fsyncs)
 def test_flush_messages_1_flushes_on_every_append(make_log, batch, fsyncs):
     log = make_log(flush_messages=1)
     for i in range(5):
-        first, last = log.append(batch([i, i]))
+        _, last = log.append(batch([i, i]))
         assert log.recovery_point == last + 1 == log.log_end_offset
         assert len(fsyncs) == i + 1
         assert not log._segments[-1].dirty

@@ -78,9 +78,10 @@ def check_read(log: Log, model: Model, start: int, max_bytes: int, max_offset: i
     table = log.read(start, max_bytes=max_bytes, max_offset=max_offset)
     limit = model.end if max_offset is None else min(max_offset, model.end)
     expected = [row for row in model.rows() if start <= row[0] < limit]
-    got = list(
-        zip(table.column(OFFSET_COLUMN).to_pylist(), table.column("value").to_pylist(), strict=True)
-    ) if table.num_rows else []
+    got = []
+    if table.num_rows:
+        offsets = table.column(OFFSET_COLUMN).to_pylist()
+        got = list(zip(offsets, table.column("value").to_pylist(), strict=True))
     assert table.schema.field(OFFSET_COLUMN).type == pa.int64()
     # A prefix of the expected rows, never empty when rows exist, ending where a batch
     # ends (max_bytes stops at whole batches) or at the limit.

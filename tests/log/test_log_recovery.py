@@ -75,9 +75,7 @@ def recoveries(monkeypatch):
     return calls
 
 
-def test_clean_close_then_reopen_keeps_everything_and_skips_recovery(
-    make_log, batch, recoveries
-):
+def test_clean_close_then_reopen_keeps_everything_and_skips_recovery(make_log, batch, recoveries):
     log = make_log(segment_bytes=1024)
     expected = fill(log, batch)
     log.append(batch(["last"], timestamps=START + 90), partition_leader_epoch=2)
@@ -319,9 +317,7 @@ def test_corrupt_batch_in_the_unflushed_tail_is_truncated_by_recovery(make_log, 
     assert log.append(batch(["after"])) == (base, base)
 
 
-def test_corruption_in_an_older_unflushed_segment_drops_everything_after_it(
-    make_log, batch, crash
-):
+def test_corruption_in_an_older_unflushed_segment_drops_everything_after_it(make_log, batch, crash):
     log = make_log(segment_bytes=2048)
     expected = fill(log, batch)
     assert log.segment_count >= 4

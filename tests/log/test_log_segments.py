@@ -166,9 +166,7 @@ def build_many_small_batches(make_log, segment_bytes: int, count: int = 3000):
 
 
 @pytest.mark.parametrize("segment_bytes", [1 << 30, 64 * 1024])
-def test_read_of_a_middle_offset_scans_only_near_the_target(
-    make_log, counted, segment_bytes
-):
+def test_read_of_a_middle_offset_scans_only_near_the_target(make_log, counted, segment_bytes):
     log = build_many_small_batches(make_log, segment_bytes)
     batch_size = log.read_batches(0)[0].header.size
     per_index_entry = 2048 // batch_size + 2

@@ -41,7 +41,8 @@ def test_across_segments_and_many_batches(make_log, batch, index_interval_bytes)
     log = make_log(segment_bytes=4096, index_interval_bytes=index_interval_bytes)
     # Record i has timestamp START + 10 * i; batches of 3 records.
     for first in range(0, 300, 3):
-        log.append(batch(list(range(first, first + 3)), timestamps=[START + 10 * i for i in range(first, first + 3)]))
+        offsets = range(first, first + 3)
+        log.append(batch(list(offsets), timestamps=[START + 10 * i for i in offsets]))
     assert log.segment_count > 3
     for target in (0, 1, 9, 10, 11, 500, 1499, 1500, 2989, 2990):
         expected = max(0, -(-target // 10))

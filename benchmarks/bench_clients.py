@@ -1,0 +1,227 @@
+"""Produce/consume benchmark: raystream next to Redis Streams and a Kafka-protocol broker.
+
+Measures, with 100-byte values and replication factor 1, in one run:
+
+- per-record ``send()`` throughput (acks=1, until flush returns), 1 and 4 partitions;
+- ``send_batch()`` throughput (Arrow tables of 100,000 rows);
+- consumer throughput per record (iteration) and columnar (``poll_arrow``);
+- end-to-end latency p50/p99 at a steady moderate rate (produce -> consumer sees it);
+- resident memory of an idle replica actor and of the controller;
+
+and the same produce/consume/latency figures for Redis Streams (redis-server on
+loopback, appendonly on, pipelined XADD / XREADGROUP) and for the Tansu broker (in
+memory) driven by confluent-kafka, with the ratio raystream/peer for each figure.
+
+Run:  python -m benchmarks.bench_clients [--records 1000000] [--skip-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import ray
+
+import raystream as rs
+from benchmarks import peers
+
+VALUE = b"v" * 100
+
+
+def produce_per_record(cluster: rs.Cluster, topic: str, records: int) -> float:
+    """Records/s of send() one record at a time, until every record is acknowledged."""
+    producer = cluster.producer(acks=1, linger_ms=5, batch_size=1 << 20)
+    start = time.perf_counter()
+    send = producer.send
+    for _ in range(records):
+        send(topic, VALUE)
+    producer.flush()
+    seconds = time.perf_counter() - start
+    producer.close()
+    return records / seconds
+
+
+def produce_batches(cluster: rs.Cluster, topic: str, records: int) -> float:
+    """Records/s of send_batch() with 100,000-row Arrow tables."""
+    rows = 100_000
+    table = pa.table({"value": pa.array([VALUE] * rows, pa.binary())})
+    producer = cluster.producer(acks=1)
+    start = time.perf_counter()
+    for _ in range(max(records // rows, 1)):
+        producer.send_batch(topic, table)
+    seconds = time.perf_counter() - start
+    producer.close()
+    return max(records // rows, 1) * rows / seconds
+
+
+def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
+    """Records/s iterating ConsumerRecords over data already in the log."""
+    consumer = cluster.consumer(
+        topic, auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20,
+        max_poll_records=100_000,
+    )
+    start = time.perf_counter()
+    seen = 0
+    while seen < records:
+        for batch in consumer.poll(timeout_ms=1000).values():
+            seen += len(batch)
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return seen / seconds
+
+
+def consume_arrow(cluster: rs.Cluster, topic: str, records: int) -> float:
+    """Records/s of poll_arrow over data already in the log."""
+    consumer = cluster.consumer(
+        topic, auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20,
+        max_poll_records=1_000_000,
+    )
+    start = time.perf_counter()
+    seen = 0
+    while seen < records:
+        seen += consumer.poll_arrow(timeout_ms=1000).num_rows
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return seen / seconds
+
+
+def end_to_end(cluster: rs.Cluster, topic: str, rate: int, seconds: float) -> tuple[float, float]:
+    """p50 and p99 ms from send() to the consumer seeing the record, at ``rate``/s."""
+    consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=500)
+    consumer.poll(timeout_ms=100)
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    done = threading.Event()
+
+    def produce() -> None:
+        producer = cluster.producer(acks=1, linger_ms=0)
+        interval = 1.0 / rate
+        next_at = time.perf_counter()
+        for _ in range(total):
+            next_at += interval
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            producer.send(topic, str(time.perf_counter()).encode())
+        producer.flush()
+        producer.close()
+        done.set()
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    deadline = time.perf_counter() + seconds + 30
+    while len(latencies) < total and time.perf_counter() < deadline:
+        for batch in consumer.poll(timeout_ms=100).values():
+            now = time.perf_counter()
+            latencies.extend((now - float(r.value)) * 1000 for r in batch)
+    thread.join()
+    consumer.close()
+    warm = latencies[len(latencies) // 10 :]
+    return statistics.median(warm), float(np.percentile(warm, 99))
+
+
+def memory(cluster: rs.Cluster, topic: str) -> tuple[float, float, float]:
+    """(replica RSS MB, replica USS MB, controller RSS MB) of idle actors."""
+    leader = cluster.topic_metadata(topic).partitions[0].leader_handle
+    replica = psutil.Process(ray.get(leader.state.remote())["pid"])
+    controller = psutil.Process(ray.get(cluster.controller.ping.remote()))
+    return (
+        replica.memory_info().rss / 1e6,
+        replica.memory_full_info().uss / 1e6,
+        controller.memory_info().rss / 1e6,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--e2e-rate", type=int, default=2000)
+    parser.add_argument("--e2e-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    n = args.records
+    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
+    try:
+        cluster = rs.connect(namespace="bench", data_dir=data_dir)
+        admin = cluster.admin()
+        for name, partitions in (("p1", 1), ("p4", 4), ("batch", 1), ("e2e", 1)):
+            admin.create_topic(name, partitions=partitions)
+        ours = {
+            "send() per record, 1 partition": produce_per_record(cluster, "p1", n),
+            "send() per record, 4 partitions": produce_per_record(cluster, "p4", n),
+            "send_batch()": produce_batches(cluster, "batch", n),
+            "consume per record": consume_records(cluster, "p1", n),
+            "consume poll_arrow": consume_arrow(cluster, "batch", n),
+        }
+        p50, p99 = end_to_end(cluster, "e2e", args.e2e_rate, args.e2e_seconds)
+        replica_rss, replica_uss, controller_rss = memory(cluster, "p1")
+        cluster.shutdown()
+    finally:
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    results = []
+    if not args.skip_peers:
+        results = [
+            peers.bench_redis(n, 100, args.e2e_rate, args.e2e_seconds),
+            peers.bench_kafka(n, 100, args.e2e_rate, args.e2e_seconds),
+        ]
+
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    )
+    print(f"{n:,} records of 100 bytes, replication factor 1, acks=1\n")
+    header = f"{'figure':<34} {'raystream':>12}"
+    for peer in results:
+        header += f" {peer.name:>24} {'ratio':>7}"
+    print(header)
+    peer_figures = {
+        "send() per record, 1 partition": "produce_rps",
+        "send_batch()": "produce_rps",
+        "consume per record": "consume_rps",
+        "consume poll_arrow": "consume_rps",
+    }
+    for name, value in ours.items():
+        line = f"{name + ' (records/s)':<34} {value:>12,.0f}"
+        for peer in results:
+            other = getattr(peer, peer_figures[name]) if name in peer_figures else None
+            line += _peer_cell(value, other, higher_is_better=True)
+        print(line)
+    for name, value, attr in (("end-to-end p50 (ms)", p50, "e2e_p50_ms"), ("end-to-end p99 (ms)", p99, "e2e_p99_ms")):
+        line = f"{name:<34} {value:>12.2f}"
+        for peer in results:
+            line += _peer_cell(value, getattr(peer, attr), higher_is_better=False)
+        print(line)
+    for peer in results:
+        if peer.note:
+            print(f"note ({peer.name}): {peer.note}")
+    print(
+        f"\nidle replica actor: {replica_rss:.0f} MB resident ({replica_uss:.0f} MB unique); "
+        f"controller: {controller_rss:.0f} MB resident"
+    )
+    per_node = 24 * 2**30 / (replica_uss * 1e6)
+    print(f"a 24 GiB node holds about {per_node:,.0f} idle replicas (by unique memory)")
+
+
+def _peer_cell(ours: float, other: float | None, higher_is_better: bool) -> str:
+    if other is None:
+        return f" {'n/a':>24} {'':>7}"
+    ratio = ours / other if higher_is_better else other / ours
+    if higher_is_better:
+        return f" {other:>24,.0f} {ratio:>6.2f}x"
+    return f" {other:>24.2f} {ratio:>6.2f}x"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,682 @@
+"""The Consumer: kafka-python's ``KafkaConsumer`` API over raystream's leader actors.
+
+Reading: a :class:`~raystream.client.fetcher.Fetcher` keeps one fetch in flight per
+assigned, non-paused partition (prefetch) and buffers what arrives as Arrow tables;
+``poll()`` and iteration turn only the records they return into
+:class:`~raystream.types.ConsumerRecord` objects, and ``poll_arrow()`` returns the same
+records as one Arrow table without building a Python object per record.
+
+Offsets are the application's: a partition's position starts from
+``auto_offset_reset`` ("earliest", "latest" or "none") the first time it is needed,
+moves past every record returned, and ``seek*()`` moves it. A fetch answered with
+OffsetOutOfRange resets the position by ``auto_offset_reset`` like Kafka (or raises
+when it is "none"). Dead replica actors and retriable errors are retried after a
+metadata refresh without surfacing.
+
+Consumer groups are not there yet: without group coordination, ``subscribe()`` assigns
+**every** partition of the subscribed topics to this consumer (and picks up partitions
+added later, checking every ``metadata_max_age_ms``). ``group_id`` is accepted, but
+``commit()``, ``commit_async()`` and ``committed()`` raise
+:class:`~raystream.errors.UnsupportedError` until group coordination arrives; without a
+``group_id`` they raise :class:`~raystream.errors.InvalidRequestError`, as there is no
+group to commit for. Auto-commit (in ``poll()`` and ``close()``) is skipped until then.
+
+Not thread-safe (like kafka-python's): use a Consumer from one thread.
+
+Example:
+    >>> consumer = rs.connect().consumer("orders", auto_offset_reset="earliest")  # doctest: +SKIP
+    >>> for record in consumer:                                  # doctest: +SKIP
+    ...     print(record.offset, record.value)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.client.fetcher import Drained, Fetcher, consumer_records, iter_consumer_records
+from raystream.config import KafkaConfig, require
+from raystream.errors import (
+    IllegalStateError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+    UnsupportedError,
+)
+from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.records import BYTES_SCHEMA, to_user_table
+from raystream.types import ConsumerRecord, TopicPartition
+
+AUTO_OFFSET_RESET = {"earliest": "earliest", "latest": "latest", "none": "none"}
+"""auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
+AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+_GROUPS_LATER = (
+    "consumer groups arrive with the group coordinator, which this raystream does not "
+    "have yet; track positions with position() and seek() meanwhile"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerConfig(KafkaConfig):
+    """A consumer's settings (kafka-python's names and defaults).
+
+    Attributes:
+        group_id: the consumer group (accepted; groups are not coordinated yet).
+        auto_offset_reset: where a partition without a valid position starts:
+            "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
+        enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).
+        isolation_level: "read_uncommitted" or "read_committed".
+        max_poll_records: records one ``poll()`` returns at most.
+        session_timeout_ms, heartbeat_interval_ms, partition_assignment_strategy:
+            group membership settings (used once groups arrive).
+        fetch_max_wait_ms: how long a leader holds a fetch that finds no new data.
+        fetch_min_bytes: the leader answers a fetch once this much data is there.
+        fetch_max_bytes, max_partition_fetch_bytes: bytes one fetch may return; each
+            fetch reads one partition, so the smaller of the two applies (a batch larger
+            than that is still returned whole).
+        consumer_timeout_ms: iteration stops after this long without a record
+            (default: never).
+        request_timeout_ms: how long offset lookups may take, retries included.
+        retry_backoff_ms: pause before retrying after a retriable error.
+        metadata_max_age_ms: how often a subscription looks for new partitions.
+    """
+
+    group_id: str | None = None
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    isolation_level: str = "read_uncommitted"
+    max_poll_records: int = 500
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3000
+    partition_assignment_strategy: Any = "cooperative-sticky"
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    consumer_timeout_ms: float = math.inf
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        owner = "consumer config"
+        reset = self.auto_offset_reset
+        if isinstance(reset, str):
+            reset = AUTO_OFFSET_RESET_ALIASES.get(reset.lower(), reset.lower())
+        require(
+            reset in AUTO_OFFSET_RESET,
+            owner,
+            "auto_offset_reset",
+            self.auto_offset_reset,
+            "use 'earliest', 'latest' or 'none'",
+        )
+        object.__setattr__(self, "auto_offset_reset", reset)
+        require(
+            self.isolation_level in ISOLATION_LEVELS,
+            owner,
+            "isolation_level",
+            self.isolation_level,
+            "use 'read_uncommitted' or 'read_committed'",
+        )
+        require(
+            self.group_id is None or (isinstance(self.group_id, str) and self.group_id != ""),
+            owner,
+            "group_id",
+            self.group_id,
+            "expected a non-empty string or None",
+        )
+        require(
+            isinstance(self.enable_auto_commit, bool),
+            owner,
+            "enable_auto_commit",
+            self.enable_auto_commit,
+            "expected true or false",
+        )
+        for name, low in (
+            ("auto_commit_interval_ms", 1),
+            ("max_poll_records", 1),
+            ("session_timeout_ms", 1),
+            ("heartbeat_interval_ms", 1),
+            ("fetch_max_wait_ms", 0),
+            ("fetch_min_bytes", 0),
+            ("fetch_max_bytes", 1),
+            ("max_partition_fetch_bytes", 1),
+            ("request_timeout_ms", 1),
+            ("retry_backoff_ms", 0),
+            ("metadata_max_age_ms", 0),
+        ):
+            value = getattr(self, name)
+            require(_is_int(value), owner, name, value, "expected an integer")
+            require(value >= low, owner, name, value, f"must be >= {low}")
+        timeout = self.consumer_timeout_ms
+        require(
+            isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout >= 0,
+            owner,
+            "consumer_timeout_ms",
+            timeout,
+            "expected a number of milliseconds >= 0 (or float('inf'))",
+        )
+
+
+class Consumer:
+    """Reads records from topics (kafka-python's ``KafkaConsumer``); one thread only.
+
+    Args:
+        *topics: topics to subscribe to right away (see :meth:`subscribe`).
+        cluster: the cluster to read from; None means :func:`raystream.connect`.
+        key_deserializer, value_deserializer: callables applied to each non-None key /
+            value by ``poll()`` and iteration (not by ``poll_arrow()``, which returns the
+            stored columns). For a typed topic the value is a dict of the row.
+        **config: :class:`ConsumerConfig` options (Kafka's names in snake_case).
+
+    Raises:
+        InvalidConfigError: an option is invalid (the message names it).
+        UnknownTopicOrPartitionError: a topic given does not exist.
+    """
+
+    def __init__(
+        self,
+        *topics: str,
+        cluster: Cluster | None = None,
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[Any], Any] | None = None,
+        **config: Any,
+    ) -> None:
+        self.config = ConsumerConfig.from_kafka(config)
+        for name, value in (
+            ("key_deserializer", key_deserializer),
+            ("value_deserializer", value_deserializer),
+        ):
+            require(value is None or callable(value), "consumer config", name, value, "callable")
+        self.cluster = resolve_cluster(cluster)
+        self._key_deserializer = key_deserializer
+        self._value_deserializer = value_deserializer
+        self._fetcher = Fetcher(
+            self.cluster,
+            auto_offset_reset=self.config.auto_offset_reset,
+            isolation_level=self.config.isolation_level,
+            fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            fetch_min_bytes=self.config.fetch_min_bytes,
+            max_fetch_bytes=min(self.config.fetch_max_bytes, self.config.max_partition_fetch_bytes),
+            request_timeout_ms=self.config.request_timeout_ms,
+            retry_backoff_ms=self.config.retry_backoff_ms,
+        )
+        self._subscription: list[str] = []
+        self._listener: Any = None
+        self._user_assignment = False
+        self._next_metadata_check = math.inf
+        self._iterator: Iterator[ConsumerRecord] | None = None
+        self._closed = False
+        if topics:
+            self.subscribe(list(topics))
+
+    # ------------------------------------------------------------ subscription
+
+    def subscribe(self, topics: Iterable[str] | str, listener: Any = None) -> None:
+        """Subscribe to ``topics`` (a list, or one name), replacing any subscription.
+
+        Without consumer groups this assigns **all** partitions of the topics to this
+        consumer; partitions added later join the assignment within
+        ``metadata_max_age_ms``. ``listener`` (kafka-python's
+        ConsumerRebalanceListener: ``on_partitions_revoked(partitions)``,
+        ``on_partitions_assigned(partitions)``) hears of the changes.
+
+        Raises:
+            InvalidRequestError: ``topics`` is empty or not topic names.
+            UnknownTopicOrPartitionError: a topic does not exist.
+            IllegalStateError: partitions were assigned with ``assign()``.
+        """
+        self._check_open()
+        names = [topics] if isinstance(topics, str) else topics
+        try:
+            names = list(names)
+        except TypeError:
+            raise InvalidRequestError(
+                f"subscribe takes a list of topic names, not {topics!r}"
+            ) from None
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise InvalidRequestError(
+                f"subscribe takes a non-empty list of topic names: {topics!r}"
+            )
+        if self._user_assignment:
+            raise IllegalStateError(
+                "subscribe() after assign(): call unsubscribe() first (the two cannot mix)"
+            )
+        for name in names:
+            self.cluster.topic_metadata(name)
+        self._subscription = list(dict.fromkeys(names))
+        self._listener = listener
+        self._update_subscription(refresh=False)
+
+    def _update_subscription(self, refresh: bool) -> None:
+        """Assign every partition of the subscribed topics (no group coordination)."""
+        wanted: list[TopicPartition] = []
+        for name in self._subscription:
+            try:
+                metadata = self.cluster.topic_metadata(name, refresh=refresh)
+            except UnknownTopicOrPartitionError:  # deleted since: nothing to read
+                continue
+            wanted.extend(TopicPartition(name, p.partition) for p in metadata.partitions)
+        current = set(self._fetcher.assignment())
+        revoked = current - set(wanted)
+        added = set(wanted) - current
+        if revoked:
+            self._notify("on_partitions_revoked", revoked)
+        self._fetcher.assign(wanted)
+        if added:
+            self._notify("on_partitions_assigned", added)
+        self._next_metadata_check = time.monotonic() + self.config.metadata_max_age_ms / 1000
+
+    def _notify(self, method: str, partitions: set[TopicPartition]) -> None:
+        callback = getattr(self._listener, method, None)
+        if callback is not None:
+            callback(partitions)
+
+    def subscription(self) -> set[str]:
+        """The subscribed topic names (empty when partitions were assigned)."""
+        self._check_open()
+        return set(self._subscription)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no group); ``assign([])`` unassigns all.
+
+        Positions of partitions that stay assigned are kept; new ones start from
+        ``auto_offset_reset`` unless sought.
+
+        Raises:
+            InvalidRequestError: an item is not a TopicPartition.
+            UnknownTopicOrPartitionError: a topic or partition does not exist.
+            IllegalStateError: the consumer is subscribed (call unsubscribe() first).
+        """
+        self._check_open()
+        if self._subscription:
+            raise IllegalStateError(
+                "assign() while subscribed: call unsubscribe() first (the two cannot mix)"
+            )
+        if isinstance(partitions, (str, TopicPartition)):
+            raise InvalidRequestError(f"assign takes a list of TopicPartition, not {partitions!r}")
+        tps = list(dict.fromkeys(self._topic_partition(tp, "assign") for tp in partitions))
+        for tp in tps:
+            self.cluster.require_partition(tp.topic, tp.partition)
+        self._fetcher.assign(tps)
+        self._user_assignment = bool(tps)
+
+    def unsubscribe(self) -> None:
+        """Drop the subscription or the assignment (positions are forgotten)."""
+        self._check_open()
+        if self._subscription:
+            revoked = set(self._fetcher.assignment())
+            if revoked:
+                self._notify("on_partitions_revoked", revoked)
+        self._fetcher.assign([])
+        self._subscription = []
+        self._listener = None
+        self._user_assignment = False
+        self._next_metadata_check = math.inf
+
+    def assignment(self) -> set[TopicPartition]:
+        """The partitions this consumer reads."""
+        self._check_open()
+        return set(self._fetcher.assignment())
+
+    # -------------------------------------------------------------------- poll
+
+    def poll(
+        self, timeout_ms: float = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records fetched since the last poll, waiting up to ``timeout_ms`` for some.
+
+        Returns at most ``max_records`` (default ``max_poll_records``) records, grouped
+        by partition, in offset order; positions move past them. May block for the
+        list-offsets calls that give new partitions their positions.
+
+        Raises:
+            IllegalStateError: no subscription or assignment, or the consumer is closed.
+            OffsetOutOfRangeError: no valid position and auto_offset_reset="none".
+            RaystreamError: a non-retriable fetch error (buffered data is kept).
+        """
+        result: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for drained in self._poll(timeout_ms, max_records, advance=True):
+            result[drained.state.tp] = self._records(drained)
+        return result
+
+    def poll_arrow(self, timeout_ms: float = 0, max_records: int | None = None) -> pa.Table:
+        """The records ``poll()`` would return, as one Arrow table (no per-record work).
+
+        Columns (``records.to_user_table``): topic, partition, offset, timestamp, key,
+        then ``value`` (byte topics) or a typed topic's own columns, then headers;
+        partitions follow each other. Deserializers are not applied. Tables of topics
+        with different columns are combined with nulls where a column is missing.
+        """
+        drained = self._poll(timeout_ms, max_records, advance=True)
+        tables = [to_user_table(d.table, d.state.tp.topic, d.state.tp.partition) for d in drained]
+        if not tables:
+            return self._empty_table()
+        if len(tables) == 1:
+            return tables[0]
+        if all(t.schema.equals(tables[0].schema) for t in tables[1:]):
+            return pa.concat_tables(tables)
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def _poll(self, timeout_ms: float, max_records: int | None, advance: bool) -> list[Drained]:
+        self._check_open()
+        if not _is_number(timeout_ms) or timeout_ms < 0:
+            raise InvalidRequestError(f"poll timeout_ms={timeout_ms!r} must be a number >= 0")
+        if max_records is None:
+            max_records = self.config.max_poll_records
+        elif not _is_int(max_records) or max_records < 1:
+            raise InvalidRequestError(f"poll max_records={max_records!r} must be an integer >= 1")
+        if not self._subscription and not self._user_assignment:
+            raise IllegalStateError(
+                "the consumer is not subscribed to any topic nor assigned any partition"
+            )
+        if self._subscription and time.monotonic() >= self._next_metadata_check:
+            self._update_subscription(refresh=True)
+        return self._fetcher.poll(max_records, timeout_ms / 1000, advance)
+
+    def _records(self, drained: Drained, lazy: bool = False) -> Any:
+        tp = drained.state.tp
+        convert = iter_consumer_records if lazy else consumer_records
+        return convert(
+            drained.table,
+            drained.offsets,
+            tp.topic,
+            tp.partition,
+            drained.state.timestamp_type,
+            self._key_deserializer,
+            self._value_deserializer,
+        )
+
+    def _empty_table(self) -> pa.Table:
+        topics = dict.fromkeys(tp.topic for tp in self._fetcher.assignment()) or {"": None}
+        schemas = []
+        for topic in topics:
+            schema = self.cluster.topic_metadata(topic).record_schema if topic else None
+            if schema is None:
+                schema = BYTES_SCHEMA
+            empty = schema.empty_table().append_column("offset", pa.array([], pa.int64()))
+            schemas.append(to_user_table(empty, topic, 0).schema)
+        schema = schemas[0]
+        if len(schemas) > 1:
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+        return schema.empty_table()
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records one by one, blocking; ends after ``consumer_timeout_ms`` without one.
+
+        The position moves past each record as it is handed out, so leaving the loop
+        early loses nothing. A seek, pause or assignment change during the loop takes
+        effect at the next record.
+        """
+        self._check_open()
+        if self._iterator is None:
+            self._iterator = self._iterate()
+        return self._iterator
+
+    def __next__(self) -> ConsumerRecord:
+        return next(iter(self))
+
+    def _iterate(self) -> Iterator[ConsumerRecord]:
+        timeout_s = self.config.consumer_timeout_ms / 1000
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                batch = self._poll(min(remaining, 1.0) * 1000, None, advance=False)
+                for drained in batch:
+                    state, epoch, position = drained.state, drained.epoch, drained.start
+                    for record in self._records(drained, lazy=True):
+                        if state.epoch != epoch or state.position != position:
+                            break  # sought, paused, unassigned or polled meanwhile
+                        position = state.position = record[2] + 1
+                        yield record
+                if batch:
+                    deadline = time.monotonic() + timeout_s
+        finally:
+            self._iterator = None  # the next iter() starts afresh
+
+    # ----------------------------------------------------------------- offsets
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record this consumer will return from ``tp``.
+
+        Resets the position by ``auto_offset_reset`` first if it has none (may block).
+
+        Raises:
+            IllegalStateError: ``tp`` is not assigned.
+            OffsetOutOfRangeError: no position and auto_offset_reset="none".
+        """
+        self._check_open()
+        return self._fetcher.position(self._topic_partition(tp, "position"))
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The high watermark the last fetch of ``tp`` reported (None before any)."""
+        self._check_open()
+        state = self._fetcher.state(self._topic_partition(tp, "highwater"), "highwater")
+        return None if state.high_watermark < 0 else state.high_watermark
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` next (fetched data past the old position is dropped).
+
+        An offset beyond the log is found out at the next fetch and handled by
+        ``auto_offset_reset``, as in Kafka.
+
+        Raises:
+            InvalidRequestError: ``offset`` is not an integer >= 0.
+            IllegalStateError: ``tp`` is not assigned.
+        """
+        self._check_open()
+        tp = self._topic_partition(tp, "seek")
+        if not _is_int(offset) or offset < 0:
+            raise InvalidRequestError(
+                f"seek offset {offset!r} for {tp.topic}-{tp.partition} must be an integer >= 0"
+            )
+        self._fetcher.seek(tp, int(offset))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Read the given (default: all assigned) partitions from their log start.
+
+        Lazy, as in Kafka: the offset is looked up at the next poll or position().
+        """
+        self._seek_to(partitions, EARLIEST_TIMESTAMP, "seek_to_beginning")
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Read the given (default: all assigned) partitions from their high watermark."""
+        self._seek_to(partitions, LATEST_TIMESTAMP, "seek_to_end")
+
+    def _seek_to(self, partitions: tuple[TopicPartition, ...], timestamp: int, what: str) -> None:
+        self._check_open()
+        tps = [self._topic_partition(tp, what) for tp in partitions]
+        for tp in tps:
+            self._fetcher.state(tp, what)
+        for tp in tps or self._fetcher.assignment():
+            self._fetcher.request_reset(tp, timestamp, what)
+
+    def offsets_for_times(
+        self, timestamps: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """For each partition, the first offset whose timestamp is >= the given one (ms).
+
+        None where no record is that new. (kafka-python answers OffsetAndTimestamp;
+        raystream answers the offset.) The partitions need not be assigned.
+
+        Raises:
+            InvalidRequestError: a timestamp is not an integer >= 0.
+            UnknownTopicOrPartitionError: a partition does not exist.
+        """
+        self._check_open()
+        if not isinstance(timestamps, dict):
+            raise InvalidRequestError(
+                f"offsets_for_times takes a dict {{TopicPartition: timestamp_ms}}, "
+                f"not {type(timestamps).__name__}"
+            )
+        query: dict[TopicPartition, int] = {}
+        for tp, timestamp in timestamps.items():
+            tp = self._existing(tp, "offsets_for_times")
+            if not _is_int(timestamp) or timestamp < 0:
+                raise InvalidRequestError(
+                    f"offsets_for_times timestamp {timestamp!r} for {tp.topic}-{tp.partition} "
+                    "must be an integer >= 0 (milliseconds)"
+                )
+            query[tp] = int(timestamp)
+        found = self._fetcher.list_offsets(query)
+        return {tp: (None if offset < 0 else offset) for tp, offset in found.items()}
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The log start offset of each partition (need not be assigned)."""
+        return self._list(partitions, EARLIEST_TIMESTAMP, "beginning_offsets")
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark (offset of the next record) of each partition."""
+        return self._list(partitions, LATEST_TIMESTAMP, "end_offsets")
+
+    def _list(
+        self, partitions: Iterable[TopicPartition], timestamp: int, what: str
+    ) -> dict[TopicPartition, int]:
+        self._check_open()
+        if isinstance(partitions, (str, TopicPartition)):
+            raise InvalidRequestError(f"{what} takes a list of TopicPartition, not {partitions!r}")
+        tps = [self._existing(tp, what) for tp in partitions]
+        return self._fetcher.list_offsets(dict.fromkeys(tps, timestamp))
+
+    # ------------------------------------------------------------------ commit
+
+    def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
+        """Commit offsets for the group (not supported before consumer groups).
+
+        Raises:
+            InvalidRequestError: the consumer has no group_id.
+            UnsupportedError: consumer groups are not there yet.
+        """
+        self._require_group("commit")
+
+    def commit_async(
+        self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None
+    ) -> None:
+        """Commit offsets asynchronously (not supported before consumer groups)."""
+        self._require_group("commit_async")
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp`` (not supported before consumer groups)."""
+        self._require_group("committed")
+        return None
+
+    def _require_group(self, what: str) -> None:
+        self._check_open()
+        if self.config.group_id is None:
+            raise InvalidRequestError(
+                f"{what}() needs a group_id: offsets are committed for a consumer group"
+            )
+        raise UnsupportedError(f"{what}() for group {self.config.group_id!r}: {_GROUPS_LATER}")
+
+    # ------------------------------------------------------------ flow control
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop returning and fetching records of these partitions until resumed.
+
+        Raises:
+            IllegalStateError: a partition is not assigned.
+        """
+        self._check_open()
+        tps = [self._topic_partition(tp, "pause") for tp in partitions]
+        for tp in tps:
+            self._fetcher.state(tp, "pause")
+        for tp in tps:
+            self._fetcher.pause(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch and return records of these partitions again."""
+        self._check_open()
+        tps = [self._topic_partition(tp, "resume") for tp in partitions]
+        for tp in tps:
+            self._fetcher.state(tp, "resume")
+        for tp in tps:
+            self._fetcher.resume(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
+        self._check_open()
+        return self._fetcher.paused()
+
+    # ---------------------------------------------------------------- metadata
+
+    def topics(self) -> set[str]:
+        """The names of the cluster's topics (internal ones excluded)."""
+        self._check_open()
+        return set(self.cluster.call("list_topics"))
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``, or None if it does not exist."""
+        self._check_open()
+        if not isinstance(topic, str):
+            raise InvalidRequestError(f"topic must be a string, not {topic!r}")
+        try:
+            metadata = self.cluster.topic_metadata(topic)
+        except UnknownTopicOrPartitionError:
+            return None
+        return {p.partition for p in metadata.partitions}
+
+    # ------------------------------------------------------------------- close
+
+    def close(self, autocommit: bool = True) -> None:
+        """Stop fetching (in-flight fetches are cancelled); idempotent.
+
+        ``autocommit`` would commit the positions of a group consumer; it is a no-op
+        until consumer groups arrive. Every later call raises IllegalStateError.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._fetcher.close()
+
+    def __enter__(self) -> Consumer:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._fetcher.assignment())} partitions"
+        return f"Consumer(group_id={self.config.group_id!r}, {state})"
+
+    # ----------------------------------------------------------------- helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+
+    @staticmethod
+    def _topic_partition(value: Any, what: str) -> TopicPartition:
+        if isinstance(value, tuple) and len(value) == 2:  # TopicPartition is one too
+            topic, partition = value
+        else:
+            raise InvalidRequestError(f"{what}: expected a TopicPartition, not {value!r}")
+        if not isinstance(topic, str) or not _is_int(partition):
+            raise InvalidRequestError(
+                f"{what}: TopicPartition needs a str topic and an int partition, got {value!r}"
+            )
+        return TopicPartition(topic, int(partition))
+
+    def _existing(self, value: Any, what: str) -> TopicPartition:
+        tp = self._topic_partition(value, what)
+        self.cluster.require_partition(tp.topic, tp.partition)
+        return tp
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value

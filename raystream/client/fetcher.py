@@ -1,0 +1,697 @@
+"""The consumer's fetcher: positions, prefetching fetches and the fetched-data buffer.
+
+The fetcher keeps, for every assigned partition, the consumer's *position* (the offset
+of the next record to hand to the application), at most one buffered fetched table and
+at most one fetch in flight. A partition that is assigned, not paused, has a position
+and no pending error always has a fetch in flight: the leader long-polls it (up to
+``fetch_max_wait_ms``) when there is no new data, so a record produced at the end of
+the log reaches a waiting consumer within milliseconds, and while the application
+processes one chunk the next one is already on its way::
+
+    position ─┐   buffer (fetched, not yet returned)   in flight (next chunk)
+              ▼   [p ............................ e)   fetch(e) ──▶ leader
+    returned  │   drained max_poll_records at a time
+
+The buffer is the fetched Arrow table, sliced as records are returned (nothing is
+converted before the application asks for it). A response is collected only once the
+partition's buffer is empty, so a slow application holds at most one buffered table and
+one finished fetch per partition. Every buffer and fetch is tagged with the position it
+continues from and the partition's *epoch*; a seek, pause, reset or unassignment bumps
+the epoch and drops them, and a response whose tags no longer match is ignored.
+
+Failures: a dead or restarting replica actor and the retriable error codes
+(NotLeader, UnknownTopicOrPartition, ...) refresh the topic's metadata and retry the
+fetch from the same position after ``retry_backoff_ms``; OffsetOutOfRange resets the
+position by ``auto_offset_reset`` (or surfaces when it is "none"); any other error
+surfaces from the next poll, once, before buffered data is returned.
+
+Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import ray
+from ray.exceptions import RayError
+
+from raystream.client.cluster import Cluster
+from raystream.client.transport import wait_result
+from raystream.errors import (
+    IllegalStateError,
+    LeaderNotAvailableError,
+    OffsetOutOfRangeError,
+    RaystreamError,
+    RaystreamTimeoutError,
+    UnknownTopicOrPartitionError,
+)
+from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    ConsumerRecord,
+    TopicPartition,
+)
+
+logger = logging.getLogger(__name__)
+
+RESET_TIMESTAMPS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": None}
+"""auto_offset_reset -> the list_offsets timestamp it resets to (None: raise)."""
+MAX_WAIT_S = 1.0
+"""Longest single wait inside poll (an infinite poll wakes up this often)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Buffer:
+    """A fetched table being returned to the application, ``cursor`` rows at a time.
+
+    ``position`` is the consumer position this buffer continues from: the buffer is
+    valid only while the partition's position equals it.
+    """
+
+    table: pa.Table
+    offsets: np.ndarray
+    cursor: int
+    position: int
+
+    @property
+    def end(self) -> int:
+        """The offset right after the last fetched row (where the next fetch starts)."""
+        return int(self.offsets[-1]) + 1
+
+
+@dataclass(eq=False, slots=True)
+class _InFlight:
+    """A fetch sent to the leader: its ObjectRef and what it was issued for."""
+
+    ref: Any
+    offset: int
+    epoch: int
+
+
+@dataclass(eq=False, slots=True)
+class PartitionState:
+    """What the fetcher knows about one assigned partition.
+
+    Attributes:
+        tp: the partition.
+        timestamp_type: 0 CreateTime, 1 LogAppendTime (the topic's config).
+        position: offset of the next record for the application; None until reset.
+        reset_to: list_offsets timestamp of a pending reset (seek_to_beginning/end);
+            None means "by auto_offset_reset" when ``position`` is None.
+        paused: no fetching and no records while paused.
+        epoch: bumped by every seek, pause, reset and unassignment; data tagged with an
+            older epoch is dropped.
+        high_watermark: the last high watermark a fetch reported (-1 before any).
+    """
+
+    tp: TopicPartition
+    timestamp_type: int
+    position: int | None = None
+    reset_to: int | None = None
+    paused: bool = False
+    epoch: int = 0
+    high_watermark: int = -1
+    buffer: _Buffer | None = None
+    in_flight: _InFlight | None = None
+    retry_at: float = 0.0
+    error: RaystreamError | None = None
+
+
+class Drained(NamedTuple):
+    """Records taken out of a partition's buffer by one poll.
+
+    ``start`` is the position before them and ``epoch`` the partition's epoch then;
+    ``offsets`` holds the rows' offsets (the table's ``offset`` column as numpy).
+    """
+
+    state: PartitionState
+    start: int
+    epoch: int
+    table: pa.Table
+    offsets: np.ndarray
+
+
+class Fetcher:
+    """Positions and prefetching fetches for the partitions assigned to one consumer.
+
+    Args:
+        cluster: where the topics live (its metadata cache gives the leaders).
+        auto_offset_reset: "earliest", "latest" or "none".
+        isolation_level: "read_uncommitted" or "read_committed".
+        fetch_max_wait_ms: how long the leader holds a fetch that finds no data.
+        fetch_min_bytes: the leader answers once this much data is available.
+        max_fetch_bytes: bytes per partition fetch (at least one batch is returned).
+        request_timeout_ms: how long list-offsets calls may take, retries included.
+        retry_backoff_ms: pause before retrying a partition after a retriable error.
+        clock: monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        auto_offset_reset: str = "latest",
+        isolation_level: str = "read_uncommitted",
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        max_fetch_bytes: int = 1 << 20,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.auto_offset_reset = auto_offset_reset
+        self.isolation_level = isolation_level
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.fetch_min_bytes = fetch_min_bytes
+        self.max_fetch_bytes = max_fetch_bytes
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_s = retry_backoff_ms / 1000
+        self._clock = clock
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._next_drain = 0
+
+    # -------------------------------------------------------------- assignment
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        """Make ``partitions`` the assignment; kept partitions keep their positions."""
+        states: dict[TopicPartition, PartitionState] = {}
+        for tp in partitions:
+            state = self._states.pop(tp, None)
+            if state is None:
+                config = self.cluster.topic_metadata(tp.topic).config
+                append_time = config.get("message.timestamp.type") == "LogAppendTime"
+                state = PartitionState(
+                    tp, TIMESTAMP_LOG_APPEND_TIME if append_time else TIMESTAMP_CREATE_TIME
+                )
+            states[tp] = state
+        for state in self._states.values():
+            self._discard(state)
+        self._states = states
+        self._next_drain = 0
+
+    def assignment(self) -> list[TopicPartition]:
+        """The assigned partitions, in assignment order."""
+        return list(self._states)
+
+    def state(self, tp: TopicPartition, action: str) -> PartitionState:
+        """The state of an assigned partition.
+
+        Raises:
+            IllegalStateError: ``tp`` is not assigned; the message names it and ``action``.
+        """
+        state = self._states.get(tp)
+        if state is None:
+            raise IllegalStateError(
+                f"{action}: partition {tp.topic}-{tp.partition} is not assigned to this "
+                f"consumer (assigned: {_names(self._states)})"
+            )
+        return state
+
+    def in_flight(self) -> set[TopicPartition]:
+        """Partitions with a fetch on its way (what prefetching keeps busy)."""
+        return {tp for tp, state in self._states.items() if state.in_flight is not None}
+
+    # --------------------------------------------------------------- positions
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Set the position; buffered and in-flight data of ``tp`` are dropped."""
+        state = self.state(tp, "seek")
+        self._discard(state)
+        state.position = offset
+        state.reset_to = None
+        state.error = None
+
+    def request_reset(self, tp: TopicPartition, timestamp: int, action: str) -> None:
+        """Reset ``tp`` to the earliest (-2) or latest (-1) offset at the next poll."""
+        state = self.state(tp, action)
+        self._discard(state)
+        state.position = None
+        state.reset_to = timestamp
+        state.error = None
+
+    def position(self, tp: TopicPartition) -> int:
+        """The position of ``tp``, resetting it first if it has none (may block)."""
+        state = self.state(tp, "position")
+        if state.position is None:
+            self._reset([state])
+        assert state.position is not None
+        return state.position
+
+    def pause(self, tp: TopicPartition) -> None:
+        """Stop fetching ``tp``; its buffered and in-flight data are dropped."""
+        state = self.state(tp, "pause")
+        self._discard(state)
+        state.paused = True
+
+    def resume(self, tp: TopicPartition) -> None:
+        """Fetch ``tp`` again from its position."""
+        self.state(tp, "resume").paused = False
+
+    def paused(self) -> set[TopicPartition]:
+        """The paused partitions."""
+        return {tp for tp, state in self._states.items() if state.paused}
+
+    # -------------------------------------------------------------------- poll
+
+    def poll(self, max_records: int, timeout_s: float, advance: bool = True) -> list[Drained]:
+        """Up to ``max_records`` fetched rows, waiting at most ``timeout_s`` for some.
+
+        Resets missing positions (list-offsets calls, blocking), collects finished
+        fetches, sends the next fetch of every fetchable partition, and returns rows from
+        the buffers, round-robin over partitions. With ``advance`` the positions move past
+        the returned rows; without it the caller moves them record by record (iteration).
+
+        Raises:
+            OffsetOutOfRangeError: a partition has no valid position and
+                auto_offset_reset is "none".
+            RaystreamError: a partition's fetch failed with a non-retriable error (raised
+                once; its buffered data and the other partitions' data are kept).
+        """
+        deadline = self._clock() + timeout_s
+        while True:
+            self._reset([s for s in self._states.values() if s.position is None and not s.paused])
+            self._collect(0.0)
+            self._send()
+            self._raise_error()
+            drained = self._drain(max_records, advance)
+            if drained:
+                return drained
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                return []
+            self._wait(remaining)
+
+    def _send(self) -> None:
+        now = self._clock()
+        for state in self._states.values():
+            if (
+                state.in_flight is not None
+                or state.paused
+                or state.position is None
+                or state.error is not None
+                or state.retry_at > now
+            ):
+                continue
+            offset = state.buffer.end if state.buffer is not None else state.position
+            try:
+                leader = self._leader(state.tp)
+            except RaystreamError as error:
+                self._retry_later(state, error, {state.tp.topic})
+                continue
+            ref = leader.fetch.remote(
+                offset,
+                self.max_fetch_bytes,
+                self.fetch_max_wait_ms,
+                self.fetch_min_bytes,
+                self.isolation_level,
+            )
+            state.in_flight = _InFlight(ref, offset, state.epoch)
+
+    def _collectable(self) -> dict[Any, PartitionState]:
+        return {
+            s.in_flight.ref: s
+            for s in self._states.values()
+            if s.in_flight is not None and s.buffer is None
+        }
+
+    def _collect(self, timeout_s: float) -> None:
+        """Take in the finished fetches of partitions whose buffers are empty.
+
+        Waits up to ``timeout_s`` for the first one, then takes every other one that is
+        already done.
+        """
+        waiting = self._collectable()
+        if not waiting:
+            return
+        refs = list(waiting)
+        if timeout_s > 0:
+            ready, refs = ray.wait(refs, num_returns=1, timeout=timeout_s)
+            if not ready:
+                return
+            if refs:
+                more, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                ready += more
+        else:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        refresh: set[str] = set()
+        for ref in ready:
+            self._complete(waiting[ref], refresh)
+        self._refresh(refresh)
+
+    def _complete(self, state: PartitionState, refresh: set[str]) -> None:
+        flight = state.in_flight
+        assert flight is not None
+        state.in_flight = None
+        if flight.epoch != state.epoch or flight.offset != state.position:
+            return  # issued for a position the partition has left since
+        tp = state.tp
+        try:
+            response = wait_result(flight.ref, None, f"fetch of {tp.topic}-{tp.partition}")
+        except RaystreamError as error:  # the replica actor died or is unreachable
+            self._retry_later(state, error, refresh)
+            return
+        except RayError as error:
+            state.error = RaystreamError(f"fetch of {tp.topic}-{tp.partition} failed: {error}")
+            return
+        error = response.error()
+        if error is None:
+            state.high_watermark = response.high_watermark
+            table = response.records
+            if table.num_rows:
+                offsets = table.column("offset").to_numpy()
+                state.buffer = _Buffer(table, offsets, 0, flight.offset)
+        elif isinstance(error, OffsetOutOfRangeError):
+            self._out_of_range(state, flight.offset, error)
+        elif error.retriable:
+            self._retry_later(state, error, refresh)
+        else:
+            state.error = error
+
+    def _out_of_range(self, state: PartitionState, offset: int, error: RaystreamError) -> None:
+        tp = state.tp
+        if RESET_TIMESTAMPS[self.auto_offset_reset] is None:
+            state.error = OffsetOutOfRangeError(
+                f"fetch position {offset} of {tp.topic}-{tp.partition} is out of range and "
+                f"auto_offset_reset='none': seek() to a valid offset ({error})"
+            )
+            return
+        logger.info(
+            "fetch position %d of %s-%d is out of range; resetting to %s",
+            offset,
+            tp.topic,
+            tp.partition,
+            self.auto_offset_reset,
+        )
+        self._discard(state)
+        state.position = None
+        state.reset_to = None
+
+    def _retry_later(self, state: PartitionState, error: RaystreamError, refresh: set[str]) -> None:
+        tp = state.tp
+        logger.debug("fetch of %s-%d will be retried: %s", tp.topic, tp.partition, error)
+        state.retry_at = self._clock() + self.retry_backoff_s
+        refresh.add(tp.topic)
+
+    def _refresh(self, topics: set[str]) -> None:
+        for topic in topics:
+            try:
+                self.cluster.topic_metadata(topic, refresh=True)
+            except RaystreamError as error:  # keep the old metadata; the retry will tell
+                logger.debug("metadata refresh of %r failed: %s", topic, error)
+
+    def _raise_error(self) -> None:
+        for state in self._states.values():
+            if state.error is not None:
+                error, state.error = state.error, None
+                raise error
+
+    def _drain(self, max_records: int, advance: bool) -> list[Drained]:
+        states = list(self._states.values())
+        count = len(states)
+        drained: list[Drained] = []
+        budget = max_records
+        for i in range(count):
+            index = (self._next_drain + i) % count
+            state = states[index]
+            buffer = state.buffer
+            if buffer is None:
+                continue
+            if buffer.position != state.position:  # the position moved under the buffer
+                self._discard(state)
+                continue
+            cursor = buffer.cursor
+            take = min(len(buffer.offsets) - cursor, budget)
+            offsets = buffer.offsets[cursor : cursor + take]
+            table = buffer.table.slice(cursor, take)
+            drained.append(Drained(state, buffer.position, state.epoch, table, offsets))
+            buffer.cursor = cursor + take
+            buffer.position = int(offsets[-1]) + 1
+            if advance:
+                state.position = buffer.position
+            if buffer.cursor == len(buffer.offsets):
+                state.buffer = None
+            budget -= take
+            if budget == 0:
+                self._next_drain = (index + 1) % count
+                break
+        return drained
+
+    def _wait(self, remaining_s: float) -> None:
+        """Block until a fetch finishes, a retry is due or ``remaining_s`` passes."""
+        now = self._clock()
+        retries = [
+            s.retry_at
+            for s in self._states.values()
+            if s.in_flight is None and not s.paused and s.retry_at > now
+        ]
+        timeout = min([remaining_s, MAX_WAIT_S, *(r - now for r in retries)])
+        if self._collectable():
+            self._collect(timeout)
+        else:
+            time.sleep(max(timeout, 0.0))
+
+    # ------------------------------------------------------------------ offsets
+
+    def _reset(self, states: list[PartitionState]) -> None:
+        if not states:
+            return
+        default = RESET_TIMESTAMPS[self.auto_offset_reset]
+        timestamps: dict[TopicPartition, int] = {}
+        for state in states:
+            timestamp = state.reset_to if state.reset_to is not None else default
+            if timestamp is None:
+                tp = state.tp
+                raise OffsetOutOfRangeError(
+                    f"partition {tp.topic}-{tp.partition} has no position and "
+                    "auto_offset_reset='none': seek() first, or use 'earliest' or 'latest'"
+                )
+            timestamps[state.tp] = timestamp
+        offsets = self.list_offsets(timestamps)
+        for state in states:
+            self._discard(state)
+            state.position = offsets[state.tp]
+            state.reset_to = None
+
+    def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Ask the leaders for offsets by timestamp (-2 earliest, -1 latest), retrying.
+
+        Retriable failures (dead actor, NotLeader, ...) refresh metadata and retry after
+        ``retry_backoff_ms`` until ``request_timeout_ms`` has passed. The answer is -1
+        for a timestamp no record reaches.
+
+        Raises:
+            RaystreamTimeoutError: no answer for some partition within the timeout.
+            RaystreamError: a non-retriable error from a leader.
+        """
+        deadline = self._clock() + self.request_timeout_ms / 1000
+        pending = dict(timestamps)
+        found: dict[TopicPartition, int] = {}
+        while True:
+            refs: dict[TopicPartition, Any] = {}
+            refresh: set[str] = set()
+            last: RaystreamError | None = None
+            for tp, timestamp in pending.items():
+                try:
+                    refs[tp] = self._leader(tp).list_offsets.remote(timestamp)
+                except RaystreamError as error:
+                    last = error
+                    refresh.add(tp.topic)
+            for tp, ref in refs.items():
+                what = f"list_offsets of {tp.topic}-{tp.partition}"
+                try:
+                    remaining = max(deadline - self._clock(), 0.001)
+                    response = wait_result(ref, remaining, what)
+                    error = response.error()
+                except RaystreamError as failure:
+                    error = failure
+                if error is None:
+                    found[tp] = response.offset
+                    del pending[tp]
+                elif error.retriable:
+                    last = error
+                    refresh.add(tp.topic)
+                else:
+                    raise error
+            if not pending:
+                return found
+            if self._clock() >= deadline:
+                raise RaystreamTimeoutError(
+                    f"list_offsets for {_names(pending)} did not succeed within "
+                    f"{self.request_timeout_ms} ms; last error: {last}"
+                )
+            time.sleep(self.retry_backoff_s)
+            self._refresh(refresh)
+
+    def _leader(self, tp: TopicPartition) -> Any:
+        partitions = self.cluster.topic_metadata(tp.topic).partitions
+        if tp.partition >= len(partitions):
+            raise UnknownTopicOrPartitionError(
+                f"partition {tp.partition} of topic {tp.topic!r} does not exist"
+            )
+        handle = partitions[tp.partition].leader_handle
+        if handle is None:
+            raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader now")
+        return handle
+
+    # -------------------------------------------------------------------- close
+
+    def _discard(self, state: PartitionState) -> None:
+        """Drop buffered and in-flight data of ``state`` (its position changes)."""
+        state.epoch += 1
+        state.buffer = None
+        if state.in_flight is not None:
+            _cancel(state.in_flight.ref)
+            state.in_flight = None
+
+    def close(self) -> None:
+        """Cancel every fetch in flight and forget the assignment."""
+        for state in self._states.values():
+            self._discard(state)
+        self._states = {}
+
+
+def _cancel(ref: Any) -> None:
+    with contextlib.suppress(Exception):  # best effort: the actor may be gone already
+        ray.cancel(ref)
+
+
+def _names(partitions: Any) -> str:
+    return "[" + ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) + "]"
+
+
+# ------------------------------------------------------------------ conversion
+
+_new_record = functools.partial(tuple.__new__, ConsumerRecord)
+
+GC_PAUSE_ROWS = 4096
+"""Conversions of at least this many records into a list pause the cyclic GC."""
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while building many small objects that form no cycles.
+
+    Every few hundred new records would otherwise trigger a collection, and records
+    that survive several of them push the GC into full collections scanning every
+    live object of the process; pausing for the milliseconds of one conversion makes
+    large conversions several times faster.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def iter_consumer_records(
+    table: pa.Table,
+    offsets: np.ndarray,
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[Any], Any] | None = None,
+) -> Iterator[ConsumerRecord]:
+    """ConsumerRecords of a fetched table, built lazily one by one as they are taken.
+
+    ``offsets`` is the table's offset column as numpy. Each column is converted in one
+    pass (Arrow's ``to_pylist``, numpy's ``tolist``); the records are then made by a
+    C-level ``zip`` as the caller advances, so a record the caller drops right away
+    never lives through a garbage collection (iteration stays fast). Deserializers run
+    per record and are not called for None keys or values (no key, tombstone). Each
+    record gets its own headers list.
+    """
+    count = table.num_rows
+    if count == 0:
+        return iter(())
+    first = int(offsets[0])
+    record_offsets: Any = (
+        range(first, first + count) if int(offsets[-1]) - first == count - 1 else offsets.tolist()
+    )
+    timestamp_column = table.column("timestamp")
+    timestamps = (
+        timestamp_column.to_numpy().tolist()
+        if timestamp_column.null_count == 0
+        else timestamp_column.to_pylist()
+    )
+    key_column = table.column("key")
+    keys: Any
+    if key_column.null_count == count:
+        keys = repeat(None, count)
+    else:
+        keys = key_column.to_pylist()
+        if key_deserializer is not None:
+            keys = map(_skipping_none(key_deserializer), keys)
+    values: Any = table.column("value").to_pylist()
+    if value_deserializer is not None:
+        values = map(_skipping_none(value_deserializer), values)
+    return map(
+        _new_record,
+        zip(
+            repeat(topic, count),
+            repeat(partition, count),
+            record_offsets,
+            timestamps,
+            repeat(timestamp_type, count),
+            keys,
+            values,
+            _headers(table.column("headers"), count),
+            strict=True,
+        ),
+    )
+
+
+def consumer_records(
+    table: pa.Table,
+    offsets: np.ndarray,
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    key_deserializer: Callable[[bytes], Any] | None = None,
+    value_deserializer: Callable[[Any], Any] | None = None,
+) -> list[ConsumerRecord]:
+    """The records of :func:`iter_consumer_records` as a list (what ``poll()`` returns)."""
+    records = iter_consumer_records(
+        table, offsets, topic, partition, timestamp_type, key_deserializer, value_deserializer
+    )
+    if table.num_rows < GC_PAUSE_ROWS:
+        return list(records)
+    with _gc_paused():
+        return list(records)
+
+
+def _skipping_none(deserializer: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def deserialize(data: Any) -> Any:
+        return None if data is None else deserializer(data)
+
+    return deserialize
+
+
+def _headers(column: pa.ChunkedArray, count: int) -> Iterator[list[tuple[str, bytes]]]:
+    """Per-record header lists, converting the child columns once for all records."""
+    if column.null_count == count:
+        return map(list, repeat((), count))
+    headers: list[list[tuple[str, bytes]]] = []
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        bounds = chunk.offsets.to_numpy()
+        low = int(bounds[0])
+        keys, values = chunk.flatten().flatten()
+        pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
+        relative = (bounds - low).tolist()
+        headers.extend(map(pairs.__getitem__, map(slice, relative[:-1], relative[1:])))
+    return iter(headers)
