@@ -95,6 +95,9 @@ class BrokerConfig(KafkaConfig):
         log_retention_check_interval_ms: how often replicas apply retention/compaction.
         log_flush_scheduler_interval_ms: how often replicas check ``flush.ms``.
         replica_lag_time_max_ms: a follower not caught up for this long leaves the ISR.
+        auto_leader_rebalance_enable: move leadership back to preferred replicas by
+            itself (periodically and when a node joins).
+        leader_imbalance_check_interval_seconds: how often that check runs.
     """
 
     data_dir: str = ""
@@ -103,6 +106,8 @@ class BrokerConfig(KafkaConfig):
     log_retention_check_interval_ms: int = 300_000
     log_flush_scheduler_interval_ms: int = 1000
     replica_lag_time_max_ms: int = 30_000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
 
     def __post_init__(self) -> None:
         for name in (
@@ -111,6 +116,7 @@ class BrokerConfig(KafkaConfig):
             "log_retention_check_interval_ms",
             "log_flush_scheduler_interval_ms",
             "replica_lag_time_max_ms",
+            "leader_imbalance_check_interval_seconds",
         ):
             value = getattr(self, name)
             require(value >= 1, "broker config", name, value, "must be >= 1")
@@ -160,7 +166,9 @@ class ProducerConfig(KafkaConfig):
         max_request_size: bytes one request (and so one record) may have at most.
         partitioner: None (Kafka's default) or a kafka-python style callable.
         key_serializer, value_serializer: callables applied in ``send()``.
-        max_in_flight_requests_per_connection: unanswered requests per partition.
+        max_in_flight_requests_per_connection: unanswered requests per partition;
+            the producer currently keeps one per partition whatever this says, since
+            the leader does not order pipelined appends by sequence number yet.
         retry_backoff_ms: pause before a retry (after a metadata refresh).
         buffer_memory: bytes of unsent records before ``send()`` blocks.
         max_block_ms: how long ``send()`` blocks for buffer space before it fails.

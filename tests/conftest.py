@@ -18,21 +18,32 @@ import pytest
 _namespaces = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def ray_session() -> Iterator[None]:
-    """Ray for the whole session, with more logical CPUs than cores (actors use 0)."""
+def ensure_local_ray() -> None:
+    """Start the session's local Ray unless one is running in this process."""
     import ray
 
-    started = not ray.is_initialized()
-    if started:
+    if not ray.is_initialized():
         ray.init(
+            address="local",  # a fresh Ray even if a ``ray start`` cluster is running
             num_cpus=8,
             include_dashboard=False,
             logging_level="warning",
             log_to_driver=False,
         )
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """Ray for the whole session, with more logical CPUs than cores (actors use 0).
+
+    Tests that need their own multi-node cluster shut it down; the next test that asks
+    for this fixture's Ray gets it started again.
+    """
+    import ray
+
+    ensure_local_ray()
     yield
-    if started:
+    if ray.is_initialized():
         ray.shutdown()
 
 
@@ -45,6 +56,7 @@ def cluster_factory(ray_session: None, tmp_path) -> Iterator[Callable[..., Any]]
     """
     from raystream.client.cluster import connect
 
+    ensure_local_ray()
     made: list[Any] = []
 
     def make(**kwargs: Any) -> Any:

@@ -12,6 +12,7 @@ and talk to replicas directly, so produce and fetch continue while it restarts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ from raystream.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
+    RaystreamTimeoutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -53,6 +55,9 @@ METADATA_DIR = "__cluster_metadata-0"
 REPLICA_READY_TIMEOUT_S = 120
 MONITOR_INTERVAL_S = 0.5
 PING_TIMEOUT_S = 1.0
+SLOW_PING_STRIKES = 3
+"""Unanswered pings in a row before a replica counts as dead; a ping that fails (the
+actor died) counts at once, which is what makes failover fast."""
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -202,8 +207,16 @@ class Controller:
                 )
         return calls
 
-    def replica_started(self, topic_name: str, partition: int, replica_id: int) -> Result:
-        """A replica (re)started and asks for its role; it is told through become_*."""
+    def replica_started(
+        self, topic_name: str, partition: int, replica_id: int, restarted: bool = False
+    ) -> Result:
+        """A replica (re)started and asks for its role; it is told through become_*.
+
+        A leader that was restarted by Ray lost its in-memory state (followers' progress,
+        pending acks) and maybe the tail of its log: as when a Kafka broker restarts,
+        leadership passes to another in-sync replica under a new epoch, and the
+        restarted one rejoins as a follower.
+        """
         try:
             with self._lock:
                 topic = self._topic(topic_name)
@@ -212,7 +225,30 @@ class Controller:
                     raise UnknownTopicOrPartitionError(
                         f"replica {replica_id} is not a replica of {topic_name}-{partition}"
                     )
-                calls = self._push_roles(topic, state, only=replica_id)
+                if restarted and state.leader == replica_id:
+                    others = [r for r in state.isr if r != replica_id]
+                    if others:
+                        state.leader = others[0]
+                        state.isr = others
+                    state.leader_epoch += 1
+                    state.partition_epoch += 1
+                    self._persist(topic_name, topic)
+                    logger.warning(
+                        "%s-%s: leader %s restarted, leadership passes to %s at epoch %s",
+                        topic_name,
+                        partition,
+                        replica_id,
+                        state.leader,
+                        state.leader_epoch,
+                    )
+                    calls = self._push_roles(topic, state)
+                else:
+                    calls = self._push_roles(topic, state, only=replica_id)
+                handle = self._handles.get((topic_name, partition, replica_id))
+                if handle is not None:  # its start arguments may hold an older config
+                    calls.append(
+                        handle.update_config.remote(self._effective_config(topic).to_kafka())
+                    )
             ray.get(calls, timeout=60)
             return Result()
         except Exception as error:
@@ -263,10 +299,24 @@ class Controller:
         exception, and never holds the lock while waiting on replicas.
         """
         strikes: dict[tuple[str, int, int], int] = {}
+        known_nodes = set(alive_nodes())
+        next_rebalance = time.monotonic() + self.broker.leader_imbalance_check_interval_seconds
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
                 self._monitor_once(strikes)
+                nodes = set(alive_nodes())
+                joined = bool(nodes - known_nodes)
+                known_nodes = nodes
+                if self.broker.auto_leader_rebalance_enable and (
+                    joined or started >= next_rebalance
+                ):
+                    next_rebalance = started + self.broker.leader_imbalance_check_interval_seconds
+                    moved = self.elect_leaders().value
+                    if moved:
+                        logger.info(
+                            "moved leadership of %d partitions to preferred replicas", moved
+                        )
             except Exception:
                 logger.exception("controller monitor pass failed")
             self._stopping.wait(max(MONITOR_INTERVAL_S - (time.monotonic() - started), 0.05))
@@ -292,8 +342,8 @@ class Controller:
             if ok:
                 strikes.pop(key, None)
                 alive.add(key)
-            elif ref not in ready_set and strikes.get(key, 0) < 1:
-                strikes[key] = strikes.get(key, 0) + 1  # slow, not yet dead
+            elif ref not in ready_set and strikes.get(key, 0) < SLOW_PING_STRIKES - 1:
+                strikes[key] = strikes.get(key, 0) + 1  # slow (busy machine), not yet dead
                 alive.add(key)
             else:
                 strikes[key] = strikes.get(key, 0) + 1
@@ -518,11 +568,86 @@ class Controller:
                     for p in topic.partitions
                     for r in p.replicas
                 ]
-                for response in ray.get([h.update_config.remote(config) for h in handles]):
-                    response.raise_for_error()
-                return Result(value=self._effective_config(topic).to_kafka())
+                refs = [h.update_config.remote(config) for h in handles]
+            for ref in refs:  # best effort: a dead replica gets the config when it restarts
+                try:
+                    ray.get(ref, timeout=30).raise_for_error()
+                except ray.exceptions.RayError:
+                    logger.warning("replica of %s missed a config change", name)
+            return Result(value=self._effective_config(topic).to_kafka())
         except Exception as error:
             return failure(error)
+
+    def reassign_partition(
+        self, topic_name: str, partition: int, nodes: list[str], timeout_s: float = 300
+    ) -> Result:
+        """Move a partition's replicas onto ``nodes`` (the first leads when in sync).
+
+        New replicas are created empty on nodes that hold none, catch up as followers
+        and join the ISR; only then are replicas on other nodes removed, so the
+        partition never has fewer in-sync copies than before. Answers the new replica
+        ids.
+        """
+        try:
+            live = set(alive_nodes())
+            if not nodes or len(set(nodes)) != len(nodes) or not set(nodes) <= live:
+                raise InvalidRequestError(
+                    f"target nodes {nodes} must be distinct, alive Ray node ids"
+                )
+            with self._lock:
+                topic = self._topic(topic_name)
+                state = self._partition(topic, partition)
+                on_node = {node: r for r, node in state.nodes.items() if r in state.replicas}
+                target: list[int] = []
+                for node in nodes:
+                    if node in on_node:
+                        target.append(on_node[node])
+                        continue
+                    replica_id = max(state.nodes) + 1
+                    state.nodes[replica_id] = node
+                    state.replicas.append(replica_id)
+                    target.append(replica_id)
+                    key = (topic_name, partition, replica_id)
+                    self._handles[key] = self._create_replica(topic, partition, replica_id)
+                state.partition_epoch += 1
+                self._persist(topic_name, topic)
+                calls = self._push_roles(topic, state)
+            ray.get(calls, timeout=60)
+            deadline = time.monotonic() + timeout_s
+            while not set(target) <= set(state.isr):
+                if time.monotonic() > deadline:
+                    raise RaystreamTimeoutError(
+                        f"new replicas {target} of {topic_name}-{partition} did not catch "
+                        f"up within {timeout_s} s"
+                    )
+                time.sleep(0.1)
+            with self._lock:
+                removed = [r for r in state.replicas if r not in target]
+                state.replicas = list(target)
+                state.isr = [r for r in target if r in state.isr]
+                if state.leader not in target or state.leader != target[0]:
+                    state.leader = target[0]
+                    state.leader_epoch += 1
+                state.partition_epoch += 1
+                self._persist(topic_name, topic)
+                calls = self._push_roles(topic, state)
+                doomed = [self._handles.pop((topic_name, partition, r), None) for r in removed]
+            ray.get(calls, timeout=60)
+            for handle in doomed:
+                if handle is not None:
+                    with contextlib.suppress(Exception):
+                        ray.get(handle.delete.remote(), timeout=30)
+                    ray.kill(handle, no_restart=True)
+            return Result(value=target)
+        except Exception as error:
+            return failure(error)
+
+    def _partition(self, topic: TopicState, partition: int) -> PartitionState:
+        if not isinstance(partition, int) or not 0 <= partition < len(topic.partitions):
+            raise UnknownTopicOrPartitionError(
+                f"partition {partition!r} of topic {topic.name!r} does not exist"
+            )
+        return topic.partitions[partition]
 
     # ------------------------------------------------------------------ queries
 

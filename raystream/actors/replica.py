@@ -136,6 +136,7 @@ class PartitionReplica:
         self._tasks: list[asyncio.Task] = []
         self._follower_task: asyncio.Task | None = None
         self._isr_change_pending = False
+        self._epoch_start_offset = 0
 
     # ------------------------------------------------------------------ roles
 
@@ -152,6 +153,7 @@ class PartitionReplica:
             self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
         self.role = ROLE_LEADER
         self.leader_id = self.replica_id
+        self._epoch_start_offset = self.log.log_end_offset
         self.leader_epoch = leader_epoch
         self.partition_epoch = partition_epoch
         self.replicas = list(replicas)
@@ -199,7 +201,12 @@ class PartitionReplica:
         while self.role == ROLE_PENDING:
             try:
                 controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
-                await controller.replica_started.remote(self.topic, self.partition, self.replica_id)
+                await controller.replica_started.remote(
+                    self.topic,
+                    self.partition,
+                    self.replica_id,
+                    ray.get_runtime_context().was_current_actor_reconstructed,
+                )
                 return
             except Exception:  # the controller may be restarting: try again
                 await asyncio.sleep(delay)
@@ -323,6 +330,15 @@ class PartitionReplica:
                 self._committed.set()
                 self._committed = None
 
+    @property
+    def known_high_watermark(self) -> int:
+        """The high watermark to report, or -1 while a new leader has not yet
+        established one: until its followers fetch, its own may lag what the previous
+        leader reported, and a reported high watermark must never go back."""
+        if self.role == ROLE_LEADER and self.high_watermark < self._epoch_start_offset:
+            return -1
+        return self.high_watermark
+
     def _update_high_watermark(self) -> None:
         if self.role == ROLE_LEADER:
             self._set_high_watermark(
@@ -371,7 +387,7 @@ class PartitionReplica:
                 self._require_leader()
             return FetchResponse(
                 records=table if table.num_rows else self._empty,
-                high_watermark=self.high_watermark,
+                high_watermark=self.known_high_watermark,
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
             )
@@ -397,6 +413,11 @@ class PartitionReplica:
             if timestamp == EARLIEST_TIMESTAMP:
                 return ListOffsetsResponse(offset=self.log.log_start_offset)
             if timestamp == LATEST_TIMESTAMP:
+                if self.known_high_watermark < 0:
+                    raise LeaderNotAvailableError(
+                        f"{self.topic}-{self.partition}: the new leader's high watermark is "
+                        "not established yet"
+                    )
                 return ListOffsetsResponse(offset=self.high_watermark)
             found = self.log.offset_for_timestamp(timestamp)
             if found is None or found >= self.high_watermark:
@@ -579,7 +600,7 @@ class PartitionReplica:
             "partition_epoch": self.partition_epoch,
             "isr": list(self.isr),
             "log_start_offset": self.log.log_start_offset,
-            "high_watermark": self.high_watermark,
+            "high_watermark": self.known_high_watermark,
             "log_end_offset": self.log.log_end_offset,
             "size_bytes": self.log.size_bytes,
             "segments": self.log.segment_count,

@@ -189,6 +189,8 @@ def _status(args: argparse.Namespace, cluster: Any) -> int:
         _print_topic(admin.describe_topic(name), brief=True)
     if status["offline_partitions"]:
         print("OFFLINE partitions: " + ", ".join(status["offline_partitions"]))
+    if status["under_replicated_partitions"]:
+        print("under-replicated: " + ", ".join(status["under_replicated_partitions"]))
     if status["partitions_not_spread"]:
         print("warning: replicas sharing a node: " + ", ".join(status["partitions_not_spread"]))
     return 0

@@ -124,10 +124,15 @@ class TopicInfo:
 
 
 class ProduceRequest:
-    """One partition's slice of a chunk (or of a ``send_batch`` table), sent as one call.
+    """One partition's share of a chunk (or of a ``send_batch`` table).
 
-    ``start`` is the slice's first row in the chunk's sorted batch; ``seq`` orders the
-    requests of a partition so retries go back in their original place.
+    The rows are ``batch`` itself, or the rows ``indices`` of it: a request keeps a
+    view and builds its compact Arrow payload (:meth:`payload`) only when sent, so a
+    large table is copied request by request, not all at once. ``start`` is the
+    request's first row in the partition-sorted order of its chunk; ``seq`` orders the
+    requests of a partition so retries go back in their original place;
+    ``size_bytes`` is an estimate. The sender may send several consecutive requests of
+    a partition in one call.
     """
 
     __slots__ = (
@@ -136,12 +141,16 @@ class ProduceRequest:
         "batch",
         "created",
         "error",
+        "indices",
         "last_error",
         "log_append_time",
         "partition",
+        "prepared",
         "result",
+        "rows",
         "sent_at",
         "seq",
+        "size_bytes",
         "start",
         "topic",
     )
@@ -154,10 +163,15 @@ class ProduceRequest:
         result: ProduceResult,
         start: int,
         created: float,
+        indices: np.ndarray | None = None,
+        size_bytes: int = -1,
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.batch = batch
+        self.indices = indices
+        self.rows = batch.num_rows if indices is None else len(indices)
+        self.size_bytes = batch.nbytes if size_bytes < 0 else size_bytes
         self.result = result
         self.start = start
         self.created = created
@@ -168,18 +182,29 @@ class ProduceRequest:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
+        self.prepared: Any = None  # the sender's handle on a payload already shipped
+
+    def view(self) -> pa.RecordBatch:
+        """The request's rows, possibly sharing buffers with a larger batch."""
+        if self.indices is None:
+            return self.batch
+        return self.batch.take(pa.array(self.indices))
+
+    def payload(self) -> pa.RecordBatch:
+        """The request's rows as a compact batch (what goes over the wire)."""
+        return compact(self.view())
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         """Record success (``base_offset`` -1 with acks=0)."""
         self.base_offset = base_offset
         self.log_append_time = log_append_time
-        self.batch = None
+        self.batch = self.indices = self.prepared = None
         self.result._request_done()
 
     def fail(self, error: BaseException) -> None:
         """Record failure of every record in the request."""
         self.error = error
-        self.batch = None
+        self.batch = self.indices = self.prepared = None
         self.result._request_done()
 
     def __repr__(self) -> str:
@@ -420,8 +445,8 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Callable[[Any], 
 class Chunk:
     """The records of one topic buffered since the last drain.
 
-    ``records`` holds ``(key, value, timestamp_ms, partition marker)`` tuples (one list
-    append per ``send()``); ``headers`` maps a record's index to its headers, for the
+    ``keys``, ``values``, ``timestamps`` and ``parts`` (partition markers) are parallel
+    lists, Arrow's input as is; ``headers`` maps a record's index to its headers, for the
     few records that have some. A chunk is *ready* once it holds ``limit_bytes``; it
     keeps taking records until the sender drains it or it reaches ``cap_bytes``, so
     requests grow when the sender falls behind instead of queueing up small ones.
@@ -431,12 +456,15 @@ class Chunk:
         "cap_bytes",
         "created",
         "headers",
+        "keys",
         "limit_bytes",
+        "parts",
         "ready",
-        "records",
         "result",
         "size_bytes",
+        "timestamps",
         "topic",
+        "values",
     )
 
     def __init__(
@@ -448,12 +476,15 @@ class Chunk:
         self.limit_bytes = limit_bytes
         self.cap_bytes = cap_bytes
         self.ready = False
-        self.records: list[tuple[bytes | None, Any, int, int]] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[Any] = []
+        self.timestamps: list[int] = []
+        self.parts: list[int] = []
         self.headers: dict[int, list[tuple[str, bytes | None]]] = {}
         self.size_bytes = 0
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self.values)
 
 
 class BulkJob:
@@ -513,12 +544,15 @@ class RecordAccumulator:
     def append(
         self,
         topic: str,
-        record: tuple[bytes | None, Any, int, int],
+        key: bytes | None,
+        value: Any,
+        timestamp: int,
+        part: int,
         size: int,
         headers: list[tuple[str, bytes | None]] | None,
         num_partitions: int,
     ) -> FutureRecordMetadata:
-        """Buffer one validated record ``(key, value, timestamp_ms, partition marker)``.
+        """Buffer one validated record (``part``: a partition or a marker).
 
         Blocks up to ``max_block_ms`` while ``buffer_memory`` is full.
 
@@ -536,12 +570,14 @@ class RecordAccumulator:
             chunk = self._open.get(topic)
             if chunk is None or chunk.size_bytes + size > chunk.cap_bytes:
                 chunk = self._new_chunk(topic)
-            records = chunk.records
-            index = len(records)
-            records.append(record)
+            index = len(chunk.values)
+            chunk.values.append(value)
+            chunk.keys.append(key)
+            chunk.timestamps.append(timestamp)
+            chunk.parts.append(part)
             if headers:
                 chunk.headers[index] = headers
-            if record[3] != STICKY and num_partitions > 1 and chunk.limit_bytes == self.batch_size:
+            if part != STICKY and num_partitions > 1 and chunk.limit_bytes == self.batch_size:
                 self._spread(chunk, num_partitions)
             self.buffered_bytes += size
             chunk.size_bytes += size
@@ -727,12 +763,13 @@ def build_requests(
         The requests, in partition order then row order.
     """
     result = chunk.result
-    count = len(chunk.records)
-    keys, values, stamps, markers = zip(*chunk.records, strict=True) if count else ((),) * 4
-    timestamps = np.fromiter(stamps, dtype=np.int64, count=count)
-    parts = np.fromiter(markers, dtype=np.int32, count=count)
+    count = len(chunk.values)
+    keys: Sequence[bytes | None] = chunk.keys
+    values: Sequence[Any] = chunk.values
+    timestamps = np.fromiter(chunk.timestamps, dtype=np.int64, count=count)
+    parts = np.fromiter(chunk.parts, dtype=np.int32, count=count)
     headers = _header_list(chunk.headers, count)
-    chunk.records = []  # free the buffer
+    chunk.keys, chunk.values, chunk.timestamps, chunk.parts = [], [], [], []  # free them
     chunk.headers = {}
     row_of = None
     try:
@@ -819,19 +856,20 @@ def split_by_partition(
 
     Rows are stably sorted by partition (the order is returned; None when they are
     already, e.g. all in one partition); each partition's run is cut into requests of
-    at most ``per_request`` rows (see :func:`rows_per_request`). Every request's batch
-    owns compact buffers, since Ray would ship a slice's whole parent buffers.
+    at most ``per_request`` rows (see :func:`rows_per_request`). Requests hold views
+    (slices, or row indices); nothing is copied here.
     """
     rows = batch.num_rows
     if rows == 0:
         return [], None
+    row_bytes = batch.nbytes / rows
     first = int(parts[0])
     requests = []
     if (parts == first).all():
-        whole = per_request >= rows
         for lo in range(0, rows, per_request):
-            piece = batch if whole else compact(batch.slice(lo, per_request))
-            requests.append(ProduceRequest(topic, first, piece, result, lo, created))
+            piece = batch if per_request >= rows else batch.slice(lo, per_request)
+            size = int(row_bytes * piece.num_rows)
+            requests.append(ProduceRequest(topic, first, piece, result, lo, created, None, size))
         return requests, None
     order = np.argsort(parts, kind="stable")
     sorted_parts = parts[order]
@@ -842,8 +880,10 @@ def split_by_partition(
         partition = int(sorted_parts[start])
         for lo in range(start, stop, per_request):
             hi = min(lo + per_request, stop)
-            piece = batch.take(pa.array(order[lo:hi]))  # a copy: compact
-            requests.append(ProduceRequest(topic, partition, piece, result, lo, created))
+            size = int(row_bytes * (hi - lo))
+            requests.append(
+                ProduceRequest(topic, partition, batch, result, lo, created, order[lo:hi], size)
+            )
     return requests, order
 
 

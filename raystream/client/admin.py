@@ -78,6 +78,29 @@ class Admin:
         self.cluster.forget(name)
         return effective
 
+    def elect_leaders(self, topics: list[str] | None = None) -> int:
+        """Preferred leader election: give leadership back to each partition's first
+        replica where it is alive and in sync; returns how many partitions moved."""
+        moved = self.cluster.call("elect_leaders", topics)
+        for topic in topics or self.list_topics():
+            self.cluster.forget(topic)
+        return moved
+
+    def reassign_partitions(
+        self, topic: str, assignments: dict[int, list[str]]
+    ) -> dict[int, list[int]]:
+        """Move partitions' replicas onto the given Ray node ids (the first leads).
+
+        Returns each partition's new replica ids. New replicas catch up before old
+        ones are removed, so the partition stays fully replicated throughout.
+        """
+        result = {
+            partition: self.cluster.call("reassign_partition", topic, partition, list(nodes))
+            for partition, nodes in assignments.items()
+        }
+        self.cluster.forget(topic)
+        return result
+
     def list_groups(self) -> list[str]:
         """Consumer group ids."""
         raise UnsupportedError(_GROUPS)

@@ -40,7 +40,13 @@ from typing import Any
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
-from raystream.client.fetcher import Drained, Fetcher, consumer_records, iter_consumer_records
+from raystream.client.fetcher import (
+    Drained,
+    Fetcher,
+    PartitionState,
+    consumer_records,
+    iter_consumer_records,
+)
 from raystream.config import KafkaConfig, require
 from raystream.errors import (
     IllegalStateError,
@@ -52,7 +58,7 @@ from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.records import BYTES_SCHEMA, to_user_table
 from raystream.types import ConsumerRecord, TopicPartition
 
-AUTO_OFFSET_RESET = {"earliest": "earliest", "latest": "latest", "none": "none"}
+AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 """auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
 AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
@@ -166,6 +172,16 @@ class ConsumerConfig(KafkaConfig):
         )
 
 
+@dataclasses.dataclass(eq=False, slots=True)
+class _LiveBatch:
+    """The batch an iteration loop is handing out: ``cursor`` walks ``offsets``."""
+
+    state: PartitionState
+    epoch: int
+    offsets: list[int]
+    cursor: Iterator[int]
+
+
 class Consumer:
     """Reads records from topics (kafka-python's ``KafkaConsumer``); one thread only.
 
@@ -175,10 +191,13 @@ class Consumer:
         key_deserializer, value_deserializer: callables applied to each non-None key /
             value by ``poll()`` and iteration (not by ``poll_arrow()``, which returns the
             stored columns). For a typed topic the value is a dict of the row.
-        **config: :class:`ConsumerConfig` options (Kafka's names in snake_case).
+        group_id, auto_offset_reset, ...: the options of :class:`ConsumerConfig`
+            (kafka-python's names and defaults).
+        **config: further :class:`ConsumerConfig` options, also under Kafka's dotted
+            names (``**{"fetch.max.wait.ms": 100}``).
 
     Raises:
-        InvalidConfigError: an option is invalid (the message names it).
+        InvalidConfigError: an option is unknown or invalid (the message names it).
         UnknownTopicOrPartitionError: a topic given does not exist.
     """
 
@@ -186,11 +205,46 @@ class Consumer:
         self,
         *topics: str,
         cluster: Cluster | None = None,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        isolation_level: str = "read_uncommitted",
+        max_poll_records: int = 500,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 3000,
+        partition_assignment_strategy: Any = "cooperative-sticky",
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[Any], Any] | None = None,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        consumer_timeout_ms: float = math.inf,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
         **config: Any,
     ) -> None:
-        self.config = ConsumerConfig.from_kafka(config)
+        self.config = ConsumerConfig(
+            group_id=group_id,
+            auto_offset_reset=auto_offset_reset,
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            isolation_level=isolation_level,
+            max_poll_records=max_poll_records,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            partition_assignment_strategy=partition_assignment_strategy,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
+            fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
+            consumer_timeout_ms=consumer_timeout_ms,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        ).with_options(config)
         for name, value in (
             ("key_deserializer", key_deserializer),
             ("value_deserializer", value_deserializer),
@@ -214,6 +268,7 @@ class Consumer:
         self._user_assignment = False
         self._next_metadata_check = math.inf
         self._iterator: Iterator[ConsumerRecord] | None = None
+        self._live: _LiveBatch | None = None
         self._closed = False
         if topics:
             self.subscribe(list(topics))
@@ -235,6 +290,7 @@ class Consumer:
             IllegalStateError: partitions were assigned with ``assign()``.
         """
         self._check_open()
+        self._settle(stop=True)
         names = [topics] if isinstance(topics, str) else topics
         try:
             names = list(names)
@@ -297,6 +353,7 @@ class Consumer:
             IllegalStateError: the consumer is subscribed (call unsubscribe() first).
         """
         self._check_open()
+        self._settle(stop=True)
         if self._subscription:
             raise IllegalStateError(
                 "assign() while subscribed: call unsubscribe() first (the two cannot mix)"
@@ -312,6 +369,7 @@ class Consumer:
     def unsubscribe(self) -> None:
         """Drop the subscription or the assignment (positions are forgotten)."""
         self._check_open()
+        self._settle(stop=True)
         if self._subscription:
             revoked = set(self._fetcher.assignment())
             if revoked:
@@ -378,36 +436,41 @@ class Consumer:
             raise IllegalStateError(
                 "the consumer is not subscribed to any topic nor assigned any partition"
             )
+        if advance:
+            self._settle(stop=True)
         if self._subscription and time.monotonic() >= self._next_metadata_check:
             self._update_subscription(refresh=True)
         return self._fetcher.poll(max_records, timeout_ms / 1000, advance)
 
-    def _records(self, drained: Drained, lazy: bool = False) -> Any:
-        tp = drained.state.tp
-        convert = iter_consumer_records if lazy else consumer_records
-        return convert(
+    def _records(self, drained: Drained, cursor: Iterator[int] | None = None) -> Any:
+        """The drained rows as a list of records, or made lazily along ``cursor``."""
+        state = drained.state
+        args = (
             drained.table,
             drained.offsets,
-            tp.topic,
-            tp.partition,
-            drained.state.timestamp_type,
+            state.tp.topic,
+            state.tp.partition,
+            state.timestamp_type,
             self._key_deserializer,
             self._value_deserializer,
         )
+        if cursor is None:
+            return consumer_records(*args)
+        return iter_consumer_records(*args, cursor=cursor)
 
     def _empty_table(self) -> pa.Table:
-        topics = dict.fromkeys(tp.topic for tp in self._fetcher.assignment()) or {"": None}
-        schemas = []
-        for topic in topics:
-            schema = self.cluster.topic_metadata(topic).record_schema if topic else None
-            if schema is None:
-                schema = BYTES_SCHEMA
-            empty = schema.empty_table().append_column("offset", pa.array([], pa.int64()))
-            schemas.append(to_user_table(empty, topic, 0).schema)
-        schema = schemas[0]
-        if len(schemas) > 1:
-            schema = pa.unify_schemas(schemas, promote_options="permissive")
-        return schema.empty_table()
+        """No rows, in the layout poll_arrow gives the assigned topics."""
+        schemas = [
+            to_user_table(
+                _empty_fetch(self.cluster.topic_metadata(topic).record_schema), topic, 0
+            ).schema
+            for topic in dict.fromkeys(tp.topic for tp in self._fetcher.assignment())
+        ]
+        if not schemas:
+            schemas = [to_user_table(_empty_fetch(BYTES_SCHEMA), "", 0).schema]
+        if len(schemas) == 1:
+            return schemas[0].empty_table()
+        return pa.unify_schemas(schemas, promote_options="permissive").empty_table()
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records one by one, blocking; ends after ``consumer_timeout_ms`` without one.
@@ -434,16 +497,39 @@ class Consumer:
                     return
                 batch = self._poll(min(remaining, 1.0) * 1000, None, advance=False)
                 for drained in batch:
-                    state, epoch, position = drained.state, drained.epoch, drained.start
-                    for record in self._records(drained, lazy=True):
-                        if state.epoch != epoch or state.position != position:
-                            break  # sought, paused, unassigned or polled meanwhile
-                        position = state.position = record[2] + 1
-                        yield record
+                    state = drained.state
+                    if state.epoch != drained.epoch or state.position != drained.start:
+                        continue  # sought, paused, polled or unassigned since drained
+                    offsets = drained.offsets.tolist()
+                    live = self._live = _LiveBatch(state, drained.epoch, offsets, iter(offsets))
+                    yield from self._records(drained, live.cursor)
+                    if self._live is live:  # every record handed out, none of it undone
+                        self._live = None
+                        state.position = offsets[-1] + 1
                 if batch:
                     deadline = time.monotonic() + timeout_s
         finally:
             self._iterator = None  # the next iter() starts afresh
+
+    def _settle(self, stop: bool) -> None:
+        """Move the iterated partition's position past the records handed out so far.
+
+        Iteration hands records out without per-record bookkeeping: the position of the
+        partition being iterated is derived here, from how far the loop got, whenever a
+        call needs it. With ``stop`` the rest of that batch is dropped (the call moves
+        positions, so the loop must not go on with it): it is fetched again if needed.
+        """
+        live = self._live
+        if live is None:
+            return
+        state = live.state
+        if state.epoch == live.epoch:
+            taken = len(live.offsets) - live.cursor.__length_hint__()
+            if taken:
+                state.position = live.offsets[taken - 1] + 1
+        if stop:
+            live.offsets.clear()  # ends the zip that makes the records of the loop
+            self._live = None
 
     # ----------------------------------------------------------------- offsets
 
@@ -457,6 +543,7 @@ class Consumer:
             OffsetOutOfRangeError: no position and auto_offset_reset="none".
         """
         self._check_open()
+        self._settle(stop=False)
         return self._fetcher.position(self._topic_partition(tp, "position"))
 
     def highwater(self, tp: TopicPartition) -> int | None:
@@ -476,6 +563,7 @@ class Consumer:
             IllegalStateError: ``tp`` is not assigned.
         """
         self._check_open()
+        self._settle(stop=True)
         tp = self._topic_partition(tp, "seek")
         if not _is_int(offset) or offset < 0:
             raise InvalidRequestError(
@@ -496,6 +584,7 @@ class Consumer:
 
     def _seek_to(self, partitions: tuple[TopicPartition, ...], timestamp: int, what: str) -> None:
         self._check_open()
+        self._settle(stop=True)
         tps = [self._topic_partition(tp, what) for tp in partitions]
         for tp in tps:
             self._fetcher.state(tp, what)
@@ -588,6 +677,7 @@ class Consumer:
             IllegalStateError: a partition is not assigned.
         """
         self._check_open()
+        self._settle(stop=True)
         tps = [self._topic_partition(tp, "pause") for tp in partitions]
         for tp in tps:
             self._fetcher.state(tp, "pause")
@@ -636,6 +726,7 @@ class Consumer:
         """
         if self._closed:
             return
+        self._settle(stop=True)
         self._closed = True
         self._fetcher.close()
 
@@ -672,6 +763,10 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
+
+
+def _empty_fetch(record_schema: pa.Schema) -> pa.Table:
+    return record_schema.empty_table().append_column("offset", pa.array([], pa.int64()))
 
 
 def _is_int(value: Any) -> bool:

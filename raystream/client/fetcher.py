@@ -25,6 +25,9 @@ fetch from the same position after ``retry_backoff_ms``; OffsetOutOfRange resets
 position by ``auto_offset_reset`` (or surfaces when it is "none"); any other error
 surfaces from the next poll, once, before buffered data is returned.
 
+Records: :func:`consumer_records` and :func:`iter_consumer_records` turn a fetched
+table into ConsumerRecords one column at a time (no per-record Arrow access).
+
 Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
 """
 
@@ -270,7 +273,8 @@ class Fetcher:
         Resets missing positions (list-offsets calls, blocking), collects finished
         fetches, sends the next fetch of every fetchable partition, and returns rows from
         the buffers, round-robin over partitions. With ``advance`` the positions move past
-        the returned rows; without it the caller moves them record by record (iteration).
+        the returned rows; without it the caller moves them as it hands records out
+        (iteration).
 
         Raises:
             OffsetOutOfRangeError: a partition has no valid position and
@@ -293,7 +297,9 @@ class Fetcher:
             self._wait(remaining)
 
     def _send(self) -> None:
+        """Send a fetch for every fetchable partition that has none in flight."""
         now = self._clock()
+        refresh: set[str] = set()
         for state in self._states.values():
             if (
                 state.in_flight is not None
@@ -306,8 +312,8 @@ class Fetcher:
             offset = state.buffer.end if state.buffer is not None else state.position
             try:
                 leader = self._leader(state.tp)
-            except RaystreamError as error:
-                self._retry_later(state, error, {state.tp.topic})
+            except RaystreamError as error:  # no leader known right now
+                self._retry_later(state, error, refresh)
                 continue
             ref = leader.fetch.remote(
                 offset,
@@ -317,6 +323,7 @@ class Fetcher:
                 self.isolation_level,
             )
             state.in_flight = _InFlight(ref, offset, state.epoch)
+        self._refresh(refresh)
 
     def _collectable(self) -> dict[Any, PartitionState]:
         return {
@@ -366,7 +373,8 @@ class Fetcher:
             return
         error = response.error()
         if error is None:
-            state.high_watermark = response.high_watermark
+            if response.high_watermark >= 0:  # -1: a new leader has none yet
+                state.high_watermark = response.high_watermark
             table = response.records
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
@@ -566,8 +574,10 @@ def _cancel(ref: Any) -> None:
         ray.cancel(ref)
 
 
-def _names(partitions: Any) -> str:
-    return "[" + ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions) + "]"
+def _names(partitions: Any, limit: int = 10) -> str:
+    names = [f"{tp.topic}-{tp.partition}" for tp in partitions]
+    more = f", ... {len(names) - limit} more" if len(names) > limit else ""
+    return "[" + ", ".join(names[:limit]) + more + "]"
 
 
 # ------------------------------------------------------------------ conversion
@@ -604,6 +614,7 @@ def iter_consumer_records(
     timestamp_type: int,
     key_deserializer: Callable[[bytes], Any] | None = None,
     value_deserializer: Callable[[Any], Any] | None = None,
+    cursor: Iterator[int] | None = None,
 ) -> Iterator[ConsumerRecord]:
     """ConsumerRecords of a fetched table, built lazily one by one as they are taken.
 
@@ -612,15 +623,18 @@ def iter_consumer_records(
     C-level ``zip`` as the caller advances, so a record the caller drops right away
     never lives through a garbage collection (iteration stays fast). Deserializers run
     per record and are not called for None keys or values (no key, tombstone). Each
-    record gets its own headers list.
+    record gets its own headers list. ``cursor``, an iterator over the offsets, may
+    stand in for them: records are made while it yields, so its length hint tells how
+    many were taken, and emptying the list under it ends the records early.
     """
     count = table.num_rows
     if count == 0:
         return iter(())
     first = int(offsets[0])
-    record_offsets: Any = (
-        range(first, first + count) if int(offsets[-1]) - first == count - 1 else offsets.tolist()
-    )
+    record_offsets: Any = cursor
+    if cursor is None:
+        contiguous = int(offsets[-1]) - first == count - 1
+        record_offsets = range(first, first + count) if contiguous else offsets.tolist()
     timestamp_column = table.column("timestamp")
     timestamps = (
         timestamp_column.to_numpy().tolist()
@@ -649,7 +663,7 @@ def iter_consumer_records(
             keys,
             values,
             _headers(table.column("headers"), count),
-            strict=True,
+            strict=False,  # the cursor may end early on purpose
         ),
     )
 

@@ -5,7 +5,8 @@
 lock: no Arrow work, no hashing) and returns a
 :class:`~raystream.client.accumulator.FutureRecordMetadata`. The
 :class:`~raystream.client.sender.Sender` thread turns buffered records into one Arrow
-batch per partition and keeps produce calls in flight to the partitions' leaders.
+batch per partition and sends it to the partition's leader (one call in flight per
+partition, so order holds; batches queued meanwhile share the next call).
 ``send_batch()`` is the bulk path: a whole Arrow table is partitioned with numpy and
 sent as a few large requests, with no per-row Python.
 
@@ -49,7 +50,6 @@ from raystream.client.accumulator import (
     RecordAccumulator,
     TopicInfo,
     assign_partitions,
-    compact,
     rows_per_request,
     split_by_partition,
 )
@@ -79,6 +79,12 @@ _TRANSACTIONS = (
 
 class Producer:
     """Sends records to topics (kafka-python's ``KafkaProducer``); thread-safe.
+
+    Per partition, records land in the order ``send()`` was called (across threads,
+    in the order the calls took the accumulator's lock). Future callbacks run on the
+    producer's I/O thread: keep them short; ``flush``, ``close`` and ``send_batch``
+    from a callback raise IllegalStateError, and a ``send()`` from one that must wait
+    for ``buffer_memory`` stalls delivery until ``max_block_ms``.
 
     Args:
         cluster: the cluster to produce to; None means :func:`raystream.connect`.
@@ -245,7 +251,7 @@ class Producer:
                 f"max_request_size={self._max_request_size}"
             )
         return self._append(
-            topic, (key, value, timestamp_ms, part), size, headers, info.num_partitions
+            topic, key, value, timestamp_ms, part, size, headers, info.num_partitions
         )
 
     def _topic(self, topic: str) -> TopicInfo:
@@ -314,9 +320,10 @@ class Producer:
         """
         if self._closed:
             raise IllegalStateError("send_batch() after the producer was closed")
+        self._not_from_a_callback("send_batch")
         info = self._topic(topic)
         now_ms = time.time_ns() // 1_000_000
-        batch = compact(batch_from_table(table, info.record_schema, key_column, now_ms))
+        batch = batch_from_table(table, info.record_schema, key_column, now_ms)
         rows = batch.num_rows
         if rows == 0:
             return []
@@ -340,7 +347,10 @@ class Producer:
                     count=rows,
                 )
             requests, _ = split_by_partition(batch, parts, topic, result, created, per_request)
-        first_timestamps = [r.batch.column("timestamp")[0].as_py() for r in requests]
+        first_timestamps = [
+            r.batch.column("timestamp")[0 if r.indices is None else int(r.indices[0])].as_py()
+            for r in requests
+        ]
         result.set_requests(requests)
         self._accumulator.add_bulk(BulkJob(topic, result, requests))
         while not result.done.wait(1.0):
@@ -380,7 +390,7 @@ class Producer:
             ProduceRequest(
                 info.name,
                 (start + j) % info.num_partitions,
-                compact(batch.slice(lo, per_slice)),
+                batch.slice(lo, per_slice),
                 result,
                 lo,
                 created,
@@ -398,6 +408,7 @@ class Producer:
         Raises:
             RaystreamTimeoutError: not all done within ``timeout`` seconds.
         """
+        self._not_from_a_callback("flush")
         results = self._accumulator.begin_flush()
         try:
             _wait_all(results, timeout, "flush")
@@ -410,6 +421,7 @@ class Producer:
         After ``timeout`` seconds, records still pending fail with
         RaystreamTimeoutError instead (close itself does not raise). Idempotent.
         """
+        self._not_from_a_callback("close")
         with self._close_lock:
             if self._closed:
                 return
@@ -426,6 +438,12 @@ class Producer:
         if self._sender.is_alive():
             self._sender.abort(IllegalStateError("the producer was closed"))
             self._sender.join(5)
+
+    def _not_from_a_callback(self, what: str) -> None:
+        if threading.current_thread() is self._sender:
+            raise IllegalStateError(
+                f"{what}() from a producer callback would wait for the thread running it"
+            )
 
     def __enter__(self) -> Producer:
         return self

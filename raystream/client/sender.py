@@ -6,9 +6,8 @@ One daemon thread per producer. Each turn of its loop it
    everything during a flush) and turns each into per-partition requests
    (:func:`~raystream.client.accumulator.build_requests`, Arrow work off the caller's
    thread);
-2. issues queued requests, up to ``max_in_flight_requests_per_connection`` per
-   partition, as ``leader.produce.remote(batch, acks, request_timeout_ms,
-   compression)``;
+2. issues queued requests, one in flight per partition (see Ordering), as
+   ``leader.produce.remote(batch, acks, request_timeout_ms, compression)``;
 3. waits briefly (``ray.wait`` with a short timeout, so new batches are picked up) for
    answers and completes the requests they answer.
 
@@ -20,13 +19,18 @@ the request back in its place (by sequence number) in the partition's queue, unt
 out; then its records fail with the last error, wrapped in RaystreamTimeoutError when
 the time ran out. Any other error fails the request's records at once.
 
-Ordering: requests of a partition are issued in sequence order and a Ray actor runs
-one caller's calls in submission order, so without errors a partition's records land
-in ``send()`` order. A retry while later requests of the partition are in flight can
-reorder them, as in Kafka without idempotence; with ``max_in_flight_requests_per_
-connection=1`` order holds across retries too. Sequence numbers (idempotence) are not
-implemented yet, so a request that timed out but was in fact written is written again
-by its retry.
+Ordering: a partition's requests are issued in sequence order, and only one is in
+flight per partition at a time, so a partition's records land in ``send()`` order,
+retries included. One, not ``max_in_flight_requests_per_connection``: Ray runs an
+async actor's calls out of order (it forces ``allow_out_of_order_execution`` on async
+actors, and the leader replica is one), so two pipelined produce calls can append in
+either order. Pipelining per partition needs the leader to order appends by sequence
+number (the idempotence issue); until then the option is validated and capped at
+:data:`ORDERED_IN_FLIGHT`. Throughput does not suffer much: the requests of a
+partition queued while its call is in flight go together in the next call (up to
+``max_request_size``), so calls get larger exactly when the sender is busy. Sequence
+numbers are also what will stop a request that timed out but was in fact written
+from being written again by its retry; for now delivery is at least once.
 
 With ``acks=0`` a request's records complete (offset -1) as soon as it is issued; its
 answer is only awaited to bound the requests in flight, and its errors are ignored.
@@ -41,14 +45,16 @@ import bisect
 import itertools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import ray
-from ray.exceptions import GetTimeoutError
 
 from raystream.client.accumulator import (
+    REQUEST_FILL,
     BulkJob,
     Chunk,
     ProduceRequest,
@@ -70,6 +76,11 @@ logger = logging.getLogger(__name__)
 
 POLL_S = 0.002
 """How long one wait for answers lasts before the loop looks for new batches."""
+ORDERED_IN_FLIGHT = 1
+"""Produce calls in flight per partition: more would let the async leader reorder them."""
+PREPARE_MIN_BYTES = 100 << 10
+"""Requests from this size on are put in the object store ahead of their turn (Ray
+passes smaller arguments inline)."""
 EXPIRY_CHECK_S = 0.05
 """How often queued and in-flight requests are checked against their timeouts."""
 
@@ -153,9 +164,10 @@ class Sender(threading.Thread):
         self._config = config
         self._clock = clock
         self._acks = config.acks
-        self._max_in_flight = config.max_in_flight_requests_per_connection
+        self._max_in_flight = min(config.max_in_flight_requests_per_connection, ORDERED_IN_FLIGHT)
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._in_flight: dict[Any, ProduceRequest] = {}
+        self._in_flight: dict[Any, list[ProduceRequest]] = {}
+        self._request_budget = config.max_request_size * REQUEST_FILL
         self._queued = 0
         self._seq = itertools.count()
         self._stale: set[str] = set()
@@ -181,6 +193,7 @@ class Sender(threading.Thread):
                 if self._abort_error is not None:
                     self._fail_everything(self._abort_error)
                     return
+                time.sleep(POLL_S)  # no hot loop if the failure repeats
 
     def _turn(self) -> bool:
         """One turn of the loop; True when the thread should stop."""
@@ -236,7 +249,6 @@ class Sender(threading.Thread):
         self._queued += len(requests)
 
     def _issue(self, now: float) -> None:
-        config = self._config
         for (topic, partition), queue in self._queues.items():
             if not queue.pending or now < queue.backoff_until:
                 continue
@@ -247,33 +259,74 @@ class Sender(threading.Thread):
                 else None
             )
             while queue.pending and queue.in_flight < self._max_in_flight:
-                request = queue.pending.popleft()
-                self._queued -= 1
-                request.attempts += 1
-                request.sent_at = now
+                group = self._take_group(queue)
+                for request in group:
+                    request.attempts += 1
+                    request.sent_at = now
                 if leader is None:
-                    self._retry_or_fail(
-                        request,
-                        LeaderNotAvailableError(
-                            f"partition {partition} of topic {topic!r} has no leader"
-                        ),
-                        now,
+                    error = LeaderNotAvailableError(
+                        f"partition {partition} of topic {topic!r} has no leader"
                     )
+                    for request in group:
+                        self._retry_or_fail(request, error, now)
                     break
                 try:
-                    ref = leader.produce.remote(
-                        request.batch,
-                        self._acks,
-                        config.request_timeout_ms,
-                        config.compression_type,
-                    )
+                    ref = self._produce(leader, group)
                 except Exception as error:
-                    self._retry_or_fail(request, _ray_error(error, request), now)
+                    for request in group:
+                        self._retry_or_fail(request, _ray_error(error, request), now)
                     break
-                self._in_flight[ref] = request
+                self._in_flight[ref] = group
                 queue.in_flight += 1
                 if self._acks == 0:
-                    request.complete(-1)
+                    for request in group:
+                        request.complete(-1)
+            if queue.pending and queue.in_flight >= self._max_in_flight:
+                self._prepare(queue.pending[0])
+
+    def _prepare(self, request: ProduceRequest) -> None:
+        """Ship a large request's payload to the object store while its turn waits.
+
+        Building and serializing a request of about a megabyte costs about as much as
+        the leader's append of it; done while the previous call is in flight, the two
+        overlap instead of adding up. Small requests travel inline and are left alone
+        (they may still be merged with the ones queued behind them).
+        """
+        if request.prepared is None and request.size_bytes >= PREPARE_MIN_BYTES:
+            request.prepared = ray.put(request.payload())
+
+    def _take_group(self, queue: _PartitionQueue) -> list[ProduceRequest]:
+        """The next request, with the ones queued behind it that fit in the same call.
+
+        Chunks drained while a partition's call was in flight are sent together, so
+        calls grow (up to ``max_request_size``) when the sender falls behind.
+        """
+        first = queue.pending.popleft()
+        group = [first]
+        size = first.size_bytes
+        while (
+            first.prepared is None
+            and queue.pending
+            and queue.pending[0].prepared is None
+            and size + queue.pending[0].size_bytes <= self._request_budget
+        ):
+            request = queue.pending.popleft()
+            group.append(request)
+            size += request.size_bytes
+        self._queued -= len(group)
+        return group
+
+    def _produce(self, leader: Any, group: list[ProduceRequest]) -> Any:
+        # Compact payloads built now, not when queued: one request's worth of memory
+        # at a time (the allocator reuses it) instead of a copy of everything queued.
+        if len(group) == 1:
+            batch = group[0].prepared or group[0].payload()
+        else:
+            batch = pa.concat_batches([r.view() for r in group])
+        config = self._config
+        return leader.produce.remote(
+            batch, self._acks, config.request_timeout_ms, config.compression_type
+        )
 
     def _next_backoff(self, now: float) -> float | None:
         waits = [
@@ -294,24 +347,27 @@ class Sender(threading.Thread):
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         now = self._clock()
         for ref in ready:
-            request = self._in_flight.pop(ref, None)
-            if request is None:
+            group = self._in_flight.pop(ref, None)
+            if group is None:
                 continue
-            self._queues[(request.topic, request.partition)].in_flight -= 1
+            self._queues[(group[0].topic, group[0].partition)].in_flight -= 1
+            if self._acks == 0:  # completed when issued; errors are not reported
+                continue
             try:
                 response = ray.get(ref, timeout=0)
-            except GetTimeoutError:  # pragma: no cover - ready refs do not time out
-                continue
             except Exception as error:
-                if self._acks != 0:
+                for request in group:
                     self._retry_or_fail(request, _ray_error(error, request), now)
                 continue
-            if self._acks == 0:
-                continue
             if response.error_code == NONE:
-                request.complete(response.base_offset, response.log_append_time)
+                offset = response.base_offset
+                for request in group:
+                    request.complete(offset, response.log_append_time)
+                    offset += request.rows
             else:
-                self._retry_or_fail(request, response.error(), now)
+                error = response.error()
+                for request in group:
+                    self._retry_or_fail(request, error, now)
 
     def _retry_or_fail(self, request: ProduceRequest, error: BaseException, now: float) -> None:
         config = self._config
@@ -347,20 +403,19 @@ class Sender(threading.Thread):
     def _expire(self, now: float) -> None:
         config = self._config
         request_timeout_s = config.request_timeout_ms / 1000
-        for ref, request in list(self._in_flight.items()):
-            if now - request.sent_at >= request_timeout_s:
+        for ref, group in list(self._in_flight.items()):
+            if now - group[0].sent_at >= request_timeout_s:
                 # Abandoned: the call may still land (no sequence numbers yet).
                 del self._in_flight[ref]
-                self._queues[(request.topic, request.partition)].in_flight -= 1
-                if self._acks != 0:
-                    self._retry_or_fail(
-                        request,
-                        RaystreamTimeoutError(
-                            f"produce to {request.topic}-{request.partition} got no answer "
-                            f"within request_timeout_ms={config.request_timeout_ms}"
-                        ),
-                        now,
-                    )
+                self._queues[(group[0].topic, group[0].partition)].in_flight -= 1
+                if self._acks == 0:
+                    continue
+                error = RaystreamTimeoutError(
+                    f"produce to {group[0].topic}-{group[0].partition} got no answer "
+                    f"within request_timeout_ms={config.request_timeout_ms}"
+                )
+                for request in group:
+                    self._retry_or_fail(request, error, now)
         delivery_timeout_s = config.delivery_timeout_ms / 1000
         for queue in self._queues.values():
             if queue.pending and now - queue.pending[0].created >= delivery_timeout_s:
@@ -374,8 +429,10 @@ class Sender(threading.Thread):
                 queue.pending = keep
 
     def _fail_everything(self, error: BaseException) -> None:
-        for request in self._in_flight.values():
-            request.fail(error)
+        for group in self._in_flight.values():
+            for request in group:
+                if request.batch is not None:  # acks=0 requests completed already
+                    request.fail(error)
         self._in_flight.clear()
         for queue in self._queues.values():
             for request in queue.pending:
@@ -417,4 +474,4 @@ def _as_raystream_error(error: BaseException) -> RaystreamError:
     return wrapped
 
 
-__all__ = ["Sender", "TopicCache"]
+__all__ = ["ORDERED_IN_FLIGHT", "PREPARE_MIN_BYTES", "Sender", "TopicCache"]

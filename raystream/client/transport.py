@@ -10,9 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import ActorUnschedulableError, GetTimeoutError, RayActorError
 
 from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError
+
+DEAD_ACTOR_ERRORS = (RayActorError, ActorUnschedulableError)
+"""Ray's ways of saying an actor is gone, restarting, or cannot be placed (its node is
+gone): all mean "refresh metadata and retry" to a client."""
 
 
 def wait_result(ref: Any, timeout_s: float | None = None, what: str = "request") -> Any:
@@ -26,7 +30,7 @@ def wait_result(ref: Any, timeout_s: float | None = None, what: str = "request")
         return ray.get(ref, timeout=timeout_s)
     except GetTimeoutError:
         raise RaystreamTimeoutError(f"{what} got no answer within {timeout_s} s") from None
-    except RayActorError as error:
+    except DEAD_ACTOR_ERRORS as error:
         raise BrokerNotAvailableError(
             f"{what} failed: the serving actor is gone ({error})"
         ) from None
@@ -34,4 +38,4 @@ def wait_result(ref: Any, timeout_s: float | None = None, what: str = "request")
 
 def is_dead_actor_error(error: BaseException) -> bool:
     """Whether ``error`` (from ray.get) means the actor is gone or unreachable."""
-    return isinstance(error, RayActorError)
+    return isinstance(error, DEAD_ACTOR_ERRORS)

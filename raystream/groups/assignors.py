@@ -232,7 +232,8 @@ class StickyAssignor:
     more even (it minimises the sum of squared partition counts), which is stronger
     than Kafka's test of single moves. With identical subscriptions, partition counts
     differ by at most one, and the number of owned partitions that move is the least
-    any balanced assignment needs: members at or below their share keep everything.
+    any balanced assignment needs: a member owning at most ``total // members``
+    partitions keeps them all.
     Run again with every member owning what it was given, the assignor returns the
     same assignment.
 
@@ -276,7 +277,10 @@ class CooperativeStickyAssignor:
     :func:`revoked_partitions`) and rejoins without it; the follow-up rebalance assigns
     it, since nobody claims it any more. A partition is therefore never owned by two
     members at once, and partitions that stay put are never revoked, so their members
-    consume straight through the rebalance.
+    consume straight through the rebalance. The follow-up rebalance revokes nothing
+    more (every member then owns part of an optimal assignment, which the sticky
+    balancing completes without moving owned partitions), so a change settles in two
+    rebalances.
 
     Example:
         C0 owns all four partitions of t0 when C1 joins. The target is two each, so

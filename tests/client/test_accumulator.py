@@ -11,6 +11,8 @@ import itertools
 import logging
 import random
 import threading
+import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
@@ -77,7 +79,7 @@ def topic_info(partitions: int = 1, value_schema: pa.Schema | None = None) -> To
 
 
 def accumulator(
-    clock: FakeClock | None = None,
+    clock: Callable[[], float] | None = None,
     batch_size: int = 1 << 20,
     linger_ms: int = 5,
     buffer_memory: int = 1 << 30,
@@ -100,7 +102,7 @@ def send(
 ) -> FutureRecordMetadata:
     marker = part if part is not None else (STICKY if key is None else BY_KEY)
     size = 32 + (len(value) if isinstance(value, bytes) else 8) + len(key or b"")
-    return acc.append("t", (key, value, timestamp, marker), size, headers, partitions)
+    return acc.append("t", key, value, timestamp, marker, size, headers, partitions)
 
 
 def drain_one(acc: RecordAccumulator, now: float = 1e9):
@@ -114,7 +116,7 @@ def answer(requests, base_offsets: dict[int, int] | None = None, log_append_time
     next_offset = dict(base_offsets or {})
     for request in requests:
         base = next_offset.get(request.partition, 0)
-        next_offset[request.partition] = base + request.batch.num_rows
+        next_offset[request.partition] = base + request.rows
         request.complete(base, log_append_time)
 
 
@@ -170,7 +172,7 @@ def test_append_after_close_is_refused() -> None:
 
 
 def test_buffer_memory_blocks_then_times_out_and_frees_on_completion() -> None:
-    acc = accumulator(buffer_memory=200, max_block_ms=30)
+    acc = accumulator(time.monotonic, buffer_memory=200, max_block_ms=30)
     send(acc, b"x" * 100)  # 132 bytes
     with pytest.raises(RaystreamTimeoutError, match="buffer_memory=200"):
         send(acc, b"x" * 100)
@@ -184,7 +186,7 @@ def test_buffer_memory_blocks_then_times_out_and_frees_on_completion() -> None:
 
 
 def test_a_blocked_send_resumes_when_space_frees() -> None:
-    acc = accumulator(buffer_memory=200, max_block_ms=10_000)
+    acc = accumulator(time.monotonic, buffer_memory=200, max_block_ms=10_000)
     send(acc, b"x" * 100)
     chunk = drain_one(acc)
     requests = build_requests(chunk, topic_info(), DefaultPartitioner(), 1 << 20)
@@ -239,10 +241,11 @@ def test_request_batches_carry_the_records_in_partition_order() -> None:
         send(acc, b"v%d" % i, part=i % 2, partitions=2, headers=[("h", b"%d" % i)] if i else None)
     requests = build_requests(drain_one(acc), topic_info(2), DefaultPartitioner(), 1 << 20)
     assert [r.partition for r in requests] == [0, 1]
-    assert requests[0].batch.column("value").to_pylist() == [b"v0", b"v2", b"v4", b"v6", b"v8"]
-    assert requests[1].batch.column("headers").to_pylist()[0] == [{"key": "h", "value": b"1"}]
-    assert requests[0].batch.column("headers").to_pylist()[0] is None
-    assert requests[0].batch.schema.equals(BYTES_SCHEMA)
+    first, second = (r.payload() for r in requests)
+    assert first.column("value").to_pylist() == [b"v0", b"v2", b"v4", b"v6", b"v8"]
+    assert second.column("headers").to_pylist()[0] == [{"key": "h", "value": b"1"}]
+    assert first.column("headers").to_pylist()[0] is None
+    assert first.schema.equals(BYTES_SCHEMA)
 
 
 def test_mixed_markers_keep_order_per_partition() -> None:
@@ -268,9 +271,10 @@ def test_a_partition_larger_than_a_request_is_split_and_offsets_follow_on() -> N
     chunk = drain_one(acc)
     requests = build_requests(chunk, topic_info(), DefaultPartitioner(), 4000)
     assert len(requests) > 3
-    assert sum(r.batch.num_rows for r in requests) == 100
+    assert sum(r.rows for r in requests) == 100
     for r in requests:  # compact: Ray ships whole buffers of a slice
-        assert r.batch.get_total_buffer_size() <= r.batch.nbytes + 4096
+        payload = r.payload()
+        assert payload.get_total_buffer_size() <= payload.nbytes + 4096
     answer(requests, base_offsets={0: 500})
     assert [f.get(0).offset for f in futures] == list(range(500, 600))
 
@@ -293,7 +297,7 @@ def test_a_value_that_does_not_fit_a_typed_topic_fails_only_its_own_future() -> 
     bad = send(acc, {"id": "not a number", "name": "b"})
     later = send(acc, {"id": 3})
     requests = build_requests(drain_one(acc), topic_info(1, schema), DefaultPartitioner(), 1 << 20)
-    assert requests[0].batch.num_rows == 2
+    assert requests[0].rows == 2
     answer(requests)
     assert good.get(0).offset == 0
     assert later.get(0).offset == 1
@@ -324,7 +328,9 @@ def test_split_by_partition_of_a_sliced_batch_ships_compact_requests() -> None:
     parts = pa.array([0, 1] * 150).to_numpy()
     requests, order = split_by_partition(view, parts, "t", result, 0.0, 50)
     assert len(requests) == 6 and order is not None
-    assert all(r.batch.get_total_buffer_size() <= r.batch.nbytes + 4096 for r in requests)
+    payloads = [r.payload() for r in requests]
+    assert all(p.get_total_buffer_size() <= p.nbytes + 4096 for p in payloads)
+    assert [v for p in payloads for v in p.column("value").to_pylist()] == [b"x" * 50] * 300
 
 
 def test_rows_per_request_keeps_requests_under_the_limit() -> None:

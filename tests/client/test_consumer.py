@@ -68,6 +68,13 @@ def make_topic(shared_cluster: Any) -> Callable[..., str]:
     return make
 
 
+@pytest.fixture(scope="module")
+def idle_topic(shared_cluster: Any) -> str:
+    """One partition that no test writes to (for tests of arguments and state)."""
+    shared_cluster.admin().create_topic("consumer-idle", partitions=1)
+    return "consumer-idle"
+
+
 @pytest.fixture
 def consumers(shared_cluster: Any) -> Callable[..., Consumer]:
     """Make Consumers on the shared cluster; they are closed after the test."""
@@ -174,16 +181,10 @@ def test_assigned_partition_returns_every_field_of_the_records(
     assert consumer.position(tp) == 3
     assert consumer.highwater(tp) == 3
     assert consumer.poll(timeout_ms=50) == {}
-
-
-def test_headers_lists_are_not_shared_between_records(shared_cluster, make_topic, consumers):
-    topic = make_topic()
-    produce(shared_cluster, topic, values(3))
-    consumer = consumers(auto_offset_reset="earliest")
-    consumer.assign([TopicPartition(topic, 0)])
-    first, second, _ = poll_records(consumer, 3)
-    first.headers.append(("mutated", b""))
-    assert second.headers == []
+    records[1].headers.append(("mutated", b""))  # every record has its own list
+    assert records[0].headers == [("h", b"1"), ("g", b"2")]
+    consumer.seek(tp, 1)
+    assert [r.headers for r in poll_records(consumer, 2)] == [[], [("x", b"")]]
 
 
 def test_iteration_yields_in_order_and_stops_after_consumer_timeout(
@@ -583,11 +584,64 @@ def test_log_append_time_topics_mark_their_records(shared_cluster, make_topic, c
     assert abs(record.timestamp - time.time() * 1000) < 60_000
 
 
+def test_a_compacted_topic_with_offset_gaps_is_read_in_order(shared_cluster, make_topic, consumers):
+    topic = make_topic(config={"cleanup.policy": "compact", "segment.bytes": 1024})
+    for b in range(12):
+        produce(
+            shared_cluster,
+            topic,
+            [f"v{b}-{i}".encode() for i in range(5)],
+            keys=[f"k{i % 3}".encode() for i in range(5)],
+        )
+    leader = shared_cluster.topic_metadata(topic).partitions[0].leader_handle
+    ray.get(leader.run_housekeeping.remote()).unwrap()
+    stored = ray.get(leader.fetch.remote(0, 1 << 20, 0)).records
+    tp = TopicPartition(topic, 0)
+    consumer = consumers(auto_offset_reset="earliest", max_poll_records=4)
+    consumer.assign([tp])
+
+    records = poll_records(consumer, stored.num_rows)
+
+    assert [r.offset for r in records] == stored.column("offset").to_pylist()
+    assert [r.value for r in records] == stored.column("value").to_pylist()
+    assert records[-1].offset == 59
+    assert consumer.position(tp) == 60
+
+
+def test_conversion_of_sliced_chunked_tables_keeps_gaps_headers_and_nones():
+    from raystream.client.fetcher import consumer_records, iter_consumer_records
+    from raystream.records import BYTES_SCHEMA
+
+    chunks = [
+        build_batch(BYTES_SCHEMA, [b"a", None], [b"1", None], [5, 6], [[("h", b"x")], None]),
+        build_batch(
+            BYTES_SCHEMA, [None, b"d"], [b"3", b"4"], [7, 8], [None, [("i", b""), ("j", b"y")]]
+        ),
+    ]
+    table = pa.Table.from_batches(chunks).append_column("offset", pa.array([10, 11, 13, 20]))
+    sliced = table.slice(1, 3)
+    offsets = sliced.column("offset").to_numpy()
+
+    records = consumer_records(sliced, offsets, "t", 2, 1, bytes.decode, bytes.decode)
+
+    assert records == [
+        ConsumerRecord("t", 2, 11, 6, 1, None, None, []),
+        ConsumerRecord("t", 2, 13, 7, 1, None, "3", []),
+        ConsumerRecord("t", 2, 20, 8, 1, "d", "4", [("i", b""), ("j", b"y")]),
+    ]
+    offset_list = offsets.tolist()
+    cursor = iter(offset_list)
+    lazy = iter_consumer_records(sliced, offsets, "t", 2, 1, cursor=cursor)
+    assert next(lazy).offset == 11
+    offset_list.clear()  # how a seek ends the rest of an iterated batch
+    assert list(lazy) == []
+
+
 # ---------------------------------------------------------------- bad inputs
 
 
-def test_unknown_topics_and_partitions_are_refused_by_name(make_topic, consumers):
-    topic = make_topic()
+def test_unknown_topics_and_partitions_are_refused_by_name(idle_topic, consumers):
+    topic = idle_topic
     consumer = consumers()
     with pytest.raises(UnknownTopicOrPartitionError, match="'no-such-topic'"):
         consumer.assign([TopicPartition("no-such-topic", 0)])
@@ -602,8 +656,8 @@ def test_unknown_topics_and_partitions_are_refused_by_name(make_topic, consumers
     assert consumer.assignment() == set()
 
 
-def test_bad_arguments_raise_errors_that_name_them(make_topic, consumers):
-    topic = make_topic()
+def test_bad_arguments_raise_errors_that_name_them(idle_topic, consumers):
+    topic = idle_topic
     tp = TopicPartition(topic, 0)
     consumer = consumers()
     with pytest.raises(IllegalStateError, match="not subscribed"):
@@ -655,8 +709,8 @@ def test_bad_config_is_refused_by_name(shared_cluster):
     )
 
 
-def test_commits_need_consumer_groups(make_topic, consumers):
-    topic = make_topic()
+def test_commits_need_consumer_groups(idle_topic, consumers):
+    topic = idle_topic
     tp = TopicPartition(topic, 0)
     without_group = consumers(topic)
     with pytest.raises(InvalidRequestError, match="commit\\(\\) needs a group_id"):
@@ -712,8 +766,8 @@ def test_closing_inside_the_loop_ends_it_with_an_error(shared_cluster, make_topi
     assert seen == [0]
 
 
-def test_context_manager_closes(make_topic, shared_cluster):
-    topic = make_topic()
+def test_context_manager_closes(idle_topic, shared_cluster):
+    topic = idle_topic
     with Consumer(topic, cluster=shared_cluster) as consumer:
         assert consumer.assignment() == {TopicPartition(topic, 0)}
     with pytest.raises(IllegalStateError):
@@ -757,8 +811,8 @@ def test_a_killed_replica_is_survived_with_every_record_once_in_order(
     assert ray.get(leader.ping.remote()) != pid  # a new process served the rest
 
 
-def test_the_public_name_is_the_consumer(shared_cluster, make_topic):
-    topic = make_topic()
+def test_the_public_name_is_the_consumer(shared_cluster, idle_topic):
+    topic = idle_topic
     consumer = shared_cluster.consumer(topic)
     assert isinstance(consumer, rs.Consumer)
     consumer.close()

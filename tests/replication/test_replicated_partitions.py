@@ -1,0 +1,75 @@
+"""Replicated partitions on a real 3-node Ray: placement, copying, ISR, acks=all.
+
+Needs its own multi-node Ray cluster (see this directory's conftest).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+
+from raystream.records import build_batch
+
+pytestmark = pytest.mark.slow
+
+
+def produce(cluster, topic, values, acks="all", partition=0):
+    metadata = cluster.topic_metadata(topic, refresh=True)
+    batch = build_batch(
+        metadata.record_schema, [None] * len(values), values, [1] * len(values), None
+    )
+    return ray.get(metadata.partitions[partition].leader_handle.produce.remote(batch, acks, 10000))
+
+
+def replica_states(cluster, topic, partition=0):
+    description = cluster.admin().describe_topic(topic)
+    p = description.partitions[partition]
+    handles = [
+        ray.get_actor(f"replica:{topic}:{partition}:{r}", namespace=cluster.namespace)
+        for r in p.replicas
+    ]
+    return p, ray.get([h.state.remote() for h in handles])
+
+
+def wait_for(condition, timeout_s=30, interval_s=0.1):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError("condition not met in time")
+
+
+def test_replicas_are_spread_over_nodes_and_followers_copy_the_leader(replicated) -> None:
+    replicated.admin().create_topic("spread", partitions=2, replication_factor=3)
+    partition, _ = replica_states(replicated, "spread")
+    assert len(set(partition.nodes.values())) == 3
+    assert partition.isr == [0, 1, 2]
+    response = produce(replicated, "spread", [b"a", b"b", b"c"])
+    assert response.error_code == 0, response.message
+
+    def copied():
+        _, states = replica_states(replicated, "spread")
+        return all(s["log_end_offset"] == 3 and s["high_watermark"] == 3 for s in states)
+
+    wait_for(copied)
+    _, states = replica_states(replicated, "spread")
+    assert sorted(s["role"] for s in states) == ["follower", "follower", "leader"]
+    assert replicated.status()["partitions_not_spread"] == []
+
+
+def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(replicated) -> None:
+    admin = replicated.admin()
+    admin.create_topic("strict", replication_factor=3, config={"min.insync.replicas": 3})
+    assert produce(replicated, "strict", [b"ok"]).error_code == 0
+    follower = ray.get_actor("replica:strict:0:2", namespace=replicated.namespace)
+    ray.kill(follower, no_restart=True)
+    wait_for(lambda: admin.describe_topic("strict").partitions[0].isr == [0, 1])
+    refused = produce(replicated, "strict", [b"refused"])
+    assert refused.error_code == 19, refused.message
+    assert "min.insync.replicas=3" in refused.message
+    assert produce(replicated, "strict", [b"acks=1 is fine"], acks=1).error_code == 0
+    assert "strict-0" in replicated.status()["under_replicated_partitions"]
