@@ -66,7 +66,9 @@ def produce_batches(cluster: rs.Cluster, topic: str, records: int) -> float:
 def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
     """Records/s iterating ConsumerRecords over data already in the log."""
     consumer = cluster.consumer(
-        topic, auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20,
+        topic,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 << 20,
         max_poll_records=100_000,
     )
     start = time.perf_counter()
@@ -82,7 +84,9 @@ def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
 def consume_arrow(cluster: rs.Cluster, topic: str, records: int) -> float:
     """Records/s of poll_arrow over data already in the log."""
     consumer = cluster.consumer(
-        topic, auto_offset_reset="earliest", max_partition_fetch_bytes=16 << 20,
+        topic,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=16 << 20,
         max_poll_records=1_000_000,
     )
     start = time.perf_counter()
@@ -142,7 +146,9 @@ def memory(cluster: rs.Cluster, topic: str) -> tuple[float, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--e2e-rate", type=int, default=2000)
@@ -198,7 +204,11 @@ def main() -> None:
             other = getattr(peer, peer_figures[name]) if name in peer_figures else None
             line += _peer_cell(value, other, higher_is_better=True)
         print(line)
-    for name, value, attr in (("end-to-end p50 (ms)", p50, "e2e_p50_ms"), ("end-to-end p99 (ms)", p99, "e2e_p99_ms")):
+    latencies = (
+        ("end-to-end p50 (ms)", p50, "e2e_p50_ms"),
+        ("end-to-end p99 (ms)", p99, "e2e_p99_ms"),
+    )
+    for name, value, attr in latencies:
         line = f"{name:<34} {value:>12.2f}"
         for peer in results:
             line += _peer_cell(value, getattr(peer, attr), higher_is_better=False)

@@ -149,7 +149,11 @@ class PartitionReplica:
             return Result()
         self._stop_following()
         if self.role != ROLE_LEADER or leader_epoch > self.leader_epoch:
-            self.followers = {r: FollowerState() for r in replicas if r != self.replica_id}
+            # A new leader gives every follower a full lag allowance, as Kafka does.
+            now = _now_ms()
+            self.followers = {
+                r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.replica_id
+            }
             self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
         self.role = ROLE_LEADER
         self.leader_id = self.replica_id
@@ -455,10 +459,12 @@ class PartitionReplica:
                         "log_end_offset": self.log.log_end_offset,
                     }
                 )
-            state = self.followers.setdefault(replica_id, FollowerState())
+            state = self.followers.setdefault(
+                replica_id, FollowerState(last_caught_up_ms=_now_ms())
+            )
             state.on_fetch(offset, self.log.log_end_offset, _now_ms())
             self._update_high_watermark()
-            await self._maybe_expand_isr()
+            await self._maybe_expand_isr(replica_id, state)
             if offset >= self.log.log_end_offset and max_wait_ms > 0:
                 await self._wait(self._appended_event(), max_wait_ms / 1000)
                 self._require_leader()
@@ -488,9 +494,11 @@ class PartitionReplica:
         except Exception as error:
             return failure(error)
 
-    async def _maybe_expand_isr(self) -> None:
+    async def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
         start = dict(self.log.leader_epochs.entries()).get(self.leader_epoch, 0)
-        wanted = expanded_isr(self.isr, self.replicas, self.followers, self.high_watermark, start)
+        wanted = expanded_isr(
+            self.isr, self.replicas, replica_id, state, self.high_watermark, start
+        )
         if wanted != self.isr:
             await self._alter_isr(wanted)
 

@@ -83,17 +83,17 @@ def shrunk_isr(
 def expanded_isr(
     isr: list[int],
     replicas: list[int],
-    followers: dict[int, FollowerState],
+    fetching: int,
+    follower: FollowerState,
     high_watermark_offset: int,
     leader_epoch_start_offset: int,
 ) -> list[int]:
-    """The ISR plus followers that caught up: LEO >= high watermark and >= the start of
-    the current leader epoch (so they hold this leader's history, not a divergent one)."""
-    joined = [
-        r
-        for r in replicas
-        if r not in isr
-        and r in followers
-        and followers[r].log_end_offset >= max(high_watermark_offset, leader_epoch_start_offset)
-    ]
-    return [r for r in replicas if r in isr or r in joined]
+    """The ISR, plus the follower that is fetching now if it caught up: its LEO reached
+    the high watermark and the start of the current leader epoch (so it holds this
+    leader's history, not a divergent one). Only a fetching follower can join: a dead
+    one's last known offset says nothing about the present."""
+    if fetching in isr or fetching not in replicas:
+        return list(isr)
+    if follower.log_end_offset < max(high_watermark_offset, leader_epoch_start_offset):
+        return list(isr)
+    return [r for r in replicas if r in isr or r == fetching]

@@ -73,3 +73,33 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(replicate
     assert "min.insync.replicas=3" in refused.message
     assert produce(replicated, "strict", [b"acks=1 is fine"], acks=1).error_code == 0
     assert "strict-0" in replicated.status()["under_replicated_partitions"]
+
+
+def test_preferred_leader_election_moves_leadership_back(replicated) -> None:
+    admin = replicated.admin()
+    admin.create_topic("prefer", replication_factor=3)
+    leader = ray.get_actor("replica:prefer:0:0", namespace=replicated.namespace)
+    ray.kill(leader, no_restart=False)  # replica 0 restarts and hands leadership over
+    wait_for(lambda: admin.describe_topic("prefer").partitions[0].leader not in (-1, 0))
+    wait_for(lambda: admin.describe_topic("prefer").partitions[0].isr == [0, 1, 2])
+    assert admin.elect_leaders(["prefer"]) == 1
+    partition = admin.describe_topic("prefer").partitions[0]
+    assert partition.leader == 0
+    assert produce(replicated, "prefer", [b"after"]).error_code == 0
+
+
+def test_reassignment_moves_replicas_without_losing_records(replicated) -> None:
+    admin = replicated.admin()
+    admin.create_topic("move", replication_factor=2)
+    assert produce(replicated, "move", [b"a", b"b"]).error_code == 0
+    before = admin.describe_topic("move").partitions[0]
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    spare = next(n for n in nodes if n not in before.nodes.values())
+    target = [spare, before.nodes[before.replicas[0]]]
+    new_ids = admin.reassign_partitions("move", {0: target})[0]
+    after = admin.describe_topic("move").partitions[0]
+    assert after.replicas == new_ids
+    assert [after.nodes[r] for r in after.replicas] == target
+    assert after.leader == new_ids[0]
+    assert sorted(after.isr) == sorted(new_ids)
+    assert produce(replicated, "move", [b"c"]).base_offset == 2

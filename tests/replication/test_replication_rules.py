@@ -43,10 +43,11 @@ def test_lagging_followers_leave_the_isr_and_caught_up_ones_rejoin() -> None:
         2: FollowerState(log_end_offset=40, last_caught_up_ms=1000),
     }
     assert shrunk_isr(0, [0, 1, 2], followers, now_ms=12000, lag_max_ms=10000) == [0, 1]
-    assert expanded_isr([0, 1], [0, 1, 2], followers, 90, 0) == [0, 1]
+    assert expanded_isr([0, 1], [0, 1, 2], 2, followers[2], 90, 0) == [0, 1]
     followers[2].log_end_offset = 95
-    assert expanded_isr([0, 1], [0, 1, 2], followers, 90, 0) == [0, 1, 2]
-    assert expanded_isr([0, 1], [0, 1, 2], followers, 90, 96) == [0, 1]  # epoch start
+    assert expanded_isr([0, 1], [0, 1, 2], 2, followers[2], 90, 0) == [0, 1, 2]
+    assert expanded_isr([0, 1], [0, 1, 2], 2, followers[2], 90, 96) == [0, 1]  # epoch start
+    assert expanded_isr([0, 1], [0, 1, 2], 5, followers[2], 90, 0) == [0, 1]  # not a replica
 
 
 def test_elections_take_the_first_live_isr_member() -> None:
