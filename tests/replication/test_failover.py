@@ -241,3 +241,48 @@ def test_leader_node_removed(replicated, ray_nodes) -> None:
     finally:
         ray_nodes.add_node(num_cpus=2, object_store_memory=150 * 2**20)
         ray_nodes.wait_for_nodes()
+
+
+def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
+    replicated, ray_nodes
+) -> None:
+    admin = replicated.admin()
+    driver_node = ray.get_runtime_context().get_node_id()
+    admin.create_topic(
+        "unclean", partitions=3, replication_factor=2, config={"min.insync.replicas": 1}
+    )
+    partition = next(
+        p for p in admin.describe_topic("unclean").partitions if driver_node not in p.nodes.values()
+    )
+    number = partition.partition
+
+    def state():
+        return admin.describe_topic("unclean").partitions[number]
+
+    def produce(value: bytes):
+        producer = replicated.producer(acks="all", delivery_timeout_ms=10_000)
+        try:
+            return producer.send("unclean", value, partition=number).get(timeout=15)
+        finally:
+            producer.close()
+
+    produce(b"replicated")
+    follower = next(r for r in partition.replicas if r != partition.leader)
+    handle = ray.get_actor(f"replica:unclean:{number}:{follower}", namespace=replicated.namespace)
+    ray.kill(handle, no_restart=True)
+    wait_for(lambda: state().isr == [partition.leader])
+    produce(b"only on the leader")
+    lost_node = partition.nodes[partition.leader]
+    try:
+        remove_node(ray_nodes, lost_node)
+        # The only in-sync copy is gone; the leader's replacement starts empty.
+        wait_for(lambda: state().leader == -1 and state().isr == [], timeout_s=60)
+        time.sleep(3)
+        assert state().leader == -1, "an out-of-sync replica was elected without permission"
+        assert f"unclean-{number}" in replicated.status()["offline_partitions"]
+        admin.alter_topic_config("unclean", {"unclean.leader.election.enable": "true"})
+        wait_for(lambda: state().leader == partition.leader, timeout_s=30)
+        assert produce(b"serving again").offset >= 0
+    finally:
+        ray_nodes.add_node(num_cpus=2, object_store_memory=150 * 2**20)
+        ray_nodes.wait_for_nodes()
