@@ -37,9 +37,9 @@ from benchmarks import peers
 VALUE = b"v" * 100
 
 
-def produce_per_record(cluster: rs.Cluster, topic: str, records: int) -> float:
+def produce_per_record(cluster: rs.Cluster, topic: str, records: int, acks: int | str = 1) -> float:
     """Records/s of send() one record at a time, until every record is acknowledged."""
-    producer = cluster.producer(acks=1, linger_ms=5, batch_size=1 << 20)
+    producer = cluster.producer(acks=acks, linger_ms=5, batch_size=1 << 20)
     start = time.perf_counter()
     send = producer.send
     for _ in range(records):
@@ -98,7 +98,9 @@ def consume_arrow(cluster: rs.Cluster, topic: str, records: int) -> float:
     return seen / seconds
 
 
-def end_to_end(cluster: rs.Cluster, topic: str, rate: int, seconds: float) -> tuple[float, float]:
+def end_to_end(
+    cluster: rs.Cluster, topic: str, rate: int, seconds: float, acks: int | str = 1
+) -> tuple[float, float]:
     """p50 and p99 ms from send() to the consumer seeing the record, at ``rate``/s."""
     consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=500)
     consumer.poll(timeout_ms=100)
@@ -107,7 +109,7 @@ def end_to_end(cluster: rs.Cluster, topic: str, rate: int, seconds: float) -> tu
     done = threading.Event()
 
     def produce() -> None:
-        producer = cluster.producer(acks=1, linger_ms=0)
+        producer = cluster.producer(acks=acks, linger_ms=0)
         interval = 1.0 / rate
         next_at = time.perf_counter()
         for _ in range(total):

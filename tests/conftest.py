@@ -48,6 +48,12 @@ def ray_session() -> Iterator[None]:
 
 
 @pytest.fixture
+def local_ray(ray_session: None) -> None:
+    """The session's single-node Ray, started again if a multi-node test stopped it."""
+    ensure_local_ray()
+
+
+@pytest.fixture
 def cluster_factory(ray_session: None, tmp_path) -> Iterator[Callable[..., Any]]:
     """Connect raystream clusters for this test; each is shut down at the end.
 

@@ -10,8 +10,8 @@ from raystream.records import (
     BYTES_SCHEMA,
     batch_from_table,
     build_batch,
+    consumer_records,
     record_schema,
-    to_consumer_records,
     to_user_table,
 )
 from raystream.types import ConsumerRecord
@@ -22,6 +22,19 @@ TYPED = pa.schema([("item", pa.string()), ("amount", pa.float64())])
 def with_offsets(batch: pa.RecordBatch, first: int = 0) -> pa.Table:
     table = pa.Table.from_batches([batch])
     return table.append_column("offset", pa.array(range(first, first + table.num_rows), pa.int64()))
+
+
+def to_consumer_records(table: pa.Table, topic: str, partition: int, timestamp_type: int, **kw):
+    offsets = table.column("offset").to_numpy()
+    return consumer_records(
+        table,
+        offsets,
+        topic,
+        partition,
+        timestamp_type,
+        kw.get("key_deserializer"),
+        kw.get("value_deserializer"),
+    )
 
 
 def test_byte_records_round_trip_to_consumer_records() -> None:

@@ -1,9 +1,11 @@
 """``raystream demo``: the main job, end to end on an embedded local cluster.
 
-Starts Ray in this process with raystream on it, creates a typed ``orders`` topic,
-streams realistic orders (customer, category, amount) into it record by record, reads
-them back as Arrow, checks that every order arrived once and in order per customer,
-and prints revenue per category. Data goes to a temporary directory, removed at the end.
+Starts Ray in this process with raystream on it, creates a typed ``orders`` topic with
+three replicas per partition, streams realistic orders (customer, category, amount)
+into it record by record with ``acks=all``, kills a partition leader mid-stream to show
+the failover, reads everything back as Arrow, checks that every acknowledged order
+arrived and in order per customer, and prints revenue per category. Data goes to a
+temporary directory, removed at the end.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import random
 import shutil
 import tempfile
+import threading
 import time
 
 import pyarrow as pa
@@ -70,22 +73,55 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
         cluster = rs.connect(namespace="raystream-demo", data_dir=data_dir)
         print(f"    up in {time.perf_counter() - started:.1f} s, data in {data_dir}")
 
-        started = _step(f"creating topic 'orders' with {partitions} partitions (typed)")
+        started = _step(
+            f"creating topic 'orders': {partitions} partitions x 3 replicas, typed, "
+            "min.insync.replicas=2"
+        )
         admin = cluster.admin()
-        admin.create_topic("orders", partitions=partitions, schema=ORDER_SCHEMA)
+        admin.create_topic(
+            "orders",
+            partitions=partitions,
+            replication_factor=3,
+            schema=ORDER_SCHEMA,
+            config={"min.insync.replicas": 2},
+        )
         print(f"    created in {time.perf_counter() - started:.1f} s")
+        for p in admin.describe_topic("orders").partitions:
+            print(f"    partition {p.partition}: leader {p.leader}, in-sync replicas {p.isr}")
+        if cluster.status()["partitions_not_spread"]:
+            print("    (one Ray node here: replicas share it; on a cluster they spread over nodes)")
 
-        started = _step(f"producing {orders:,} orders, one send() per order, keyed by customer")
+        started = _step(
+            f"producing {orders:,} orders, one send() per order, keyed by customer, acks=all"
+        )
         producer = cluster.producer(acks="all", linger_ms=5)
+        acknowledged: list[int] = []
+        failed: list[BaseException] = []
         step = max(orders // 5, 1)
+        failover: dict[str, float] = {}
+        watcher = None
         for key, order in generate_orders(orders):
-            producer.send("orders", value=order, key=key)
+            future = producer.send("orders", value=order, key=key)
+            future.add_callback(lambda _md, i=order["order_id"]: acknowledged.append(i))
+            future.add_errback(failed.append)
+            if order["order_id"] + 1 == orders // 2:
+                watcher = _kill_leader(cluster, admin, failover)
             if (order["order_id"] + 1) % step == 0:
                 print(f"    {order['order_id'] + 1:>10,} sent", flush=True)
         producer.flush()
         producer.close()
         seconds = time.perf_counter() - started
-        print(f"    acknowledged in {seconds:.2f} s ({orders / seconds:,.0f} orders/s)")
+        if watcher is not None:
+            watcher.join(timeout=60)
+        print(
+            f"    {len(acknowledged):,} acknowledged in {seconds:.2f} s "
+            f"({len(acknowledged) / seconds:,.0f} orders/s), {len(failed)} failed"
+        )
+        if "elected" in failover:
+            print(
+                f"    failover: leader {failover['old']:.0f} of orders-0 killed, replica "
+                f"{failover['new']:.0f} elected {failover['elected']:.2f} s later"
+            )
 
         started = _step("consuming every order back as Arrow tables")
         consumer = cluster.consumer("orders", auto_offset_reset="earliest")
@@ -103,8 +139,8 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
         print(f"    {received:,} orders in {seconds:.2f} s ({received / seconds:,.0f} orders/s)")
 
         table = pa.concat_tables(tables)
-        ids = table.column("order_id").to_numpy()
-        complete = len(ids) == orders and len(set(ids.tolist())) == orders
+        ids = set(table.column("order_id").to_pylist())
+        complete = not failed and set(acknowledged) <= ids and len(acknowledged) == orders
         in_order = _ordered_per_customer(table)
         summary = (
             table.group_by("category")
@@ -123,13 +159,42 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
         description = admin.describe_topic("orders")
         for p in description.partitions:
             print(f"    partition {p.partition}: {p.high_watermark:,} orders")
-        print(f"every order received exactly once: {'yes' if complete else 'NO'}")
+        duplicates = table.num_rows - len(ids)
+        print(
+            f"every acknowledged order consumed:  {'yes' if complete else 'NO'}"
+            f" ({duplicates} duplicates from retries)"
+        )
         print(f"orders of each customer in order:  {'yes' if in_order else 'NO'}")
         cluster.shutdown()
         return 0 if complete and in_order else 1
     finally:
         ray.shutdown()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _kill_leader(cluster, admin, failover: dict[str, float]) -> threading.Thread:
+    """Kill the leader replica of orders-0 and time the election of its successor."""
+    import ray
+
+    old = admin.describe_topic("orders").partitions[0].leader
+    handle = ray.get_actor(f"replica:orders:0:{old}", namespace=cluster.namespace)
+    print(f"    killing the leader of orders-0 (replica {old}) mid-stream", flush=True)
+    killed_at = time.perf_counter()
+    ray.kill(handle, no_restart=False)
+    failover["old"] = old
+
+    def watch() -> None:
+        while time.perf_counter() - killed_at < 60:
+            leader = admin.describe_topic("orders").partitions[0].leader
+            if leader not in (-1, old):
+                failover["new"] = leader
+                failover["elected"] = time.perf_counter() - killed_at
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
 
 
 def _ordered_per_customer(table: pa.Table) -> bool:

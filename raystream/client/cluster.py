@@ -130,11 +130,19 @@ class Cluster:
                 )
                 break
             except BrokerNotAvailableError:
-                if time.monotonic() + backoff_s >= deadline:
+                if time.monotonic() + backoff_s >= deadline or not self._controller_exists():
                     raise
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
         return answer.unwrap() if isinstance(answer, Result) else answer
+
+    def _controller_exists(self) -> bool:
+        """Whether the controller is alive or being restarted (not stopped for good)."""
+        try:
+            ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+        except ValueError:
+            return False
+        return True
 
     def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:
         """The cached metadata of ``topic`` (fetched from the controller when missing).
@@ -195,7 +203,12 @@ class Cluster:
         return self.call("status")
 
     def shutdown(self) -> None:
-        """Stop raystream's actors (controller and replicas); data stays on disk."""
+        """Stop raystream's actors (controller and replicas); data stays on disk.
+
+        Idempotent: shutting down a stopped cluster does nothing.
+        """
+        if not self._controller_exists():
+            return
         self.call("shutdown")
         ray.kill(self.controller, no_restart=True)
         with self._lock:

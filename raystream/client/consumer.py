@@ -40,13 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
-from raystream.client.fetcher import (
-    Drained,
-    Fetcher,
-    PartitionState,
-    consumer_records,
-    iter_consumer_records,
-)
+from raystream.client.fetcher import Drained, Fetcher, PartitionState
 from raystream.config import KafkaConfig, require
 from raystream.errors import (
     IllegalStateError,
@@ -55,7 +49,7 @@ from raystream.errors import (
     UnsupportedError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raystream.records import BYTES_SCHEMA, to_user_table
+from raystream.records import BYTES_SCHEMA, consumer_records, iter_consumer_records, to_user_table
 from raystream.types import ConsumerRecord, TopicPartition
 
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")

@@ -25,7 +25,8 @@ fetch from the same position after ``retry_backoff_ms``; OffsetOutOfRange resets
 position by ``auto_offset_reset`` (or surfaces when it is "none"); any other error
 surfaces from the next poll, once, before buffered data is returned.
 
-Records: :func:`consumer_records` and :func:`iter_consumer_records` turn a fetched
+Records: :func:`~raystream.records.consumer_records` and
+:func:`~raystream.records.iter_consumer_records` turn a fetched
 table into ConsumerRecords one column at a time (no per-record Arrow access).
 
 Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
@@ -34,13 +35,10 @@ Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
 from __future__ import annotations
 
 import contextlib
-import functools
-import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -62,7 +60,6 @@ from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
-    ConsumerRecord,
     TopicPartition,
 )
 
@@ -581,131 +578,3 @@ def _names(partitions: Any, limit: int = 10) -> str:
 
 
 # ------------------------------------------------------------------ conversion
-
-_new_record = functools.partial(tuple.__new__, ConsumerRecord)
-
-GC_PAUSE_ROWS = 4096
-"""Conversions of at least this many records into a list pause the cyclic GC."""
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many small objects that form no cycles.
-
-    Every few hundred new records would otherwise trigger a collection, and records
-    that survive several of them push the GC into full collections scanning every
-    live object of the process; pausing for the milliseconds of one conversion makes
-    large conversions several times faster.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def iter_consumer_records(
-    table: pa.Table,
-    offsets: np.ndarray,
-    topic: str,
-    partition: int,
-    timestamp_type: int,
-    key_deserializer: Callable[[bytes], Any] | None = None,
-    value_deserializer: Callable[[Any], Any] | None = None,
-    cursor: Iterator[int] | None = None,
-) -> Iterator[ConsumerRecord]:
-    """ConsumerRecords of a fetched table, built lazily one by one as they are taken.
-
-    ``offsets`` is the table's offset column as numpy. Each column is converted in one
-    pass (Arrow's ``to_pylist``, numpy's ``tolist``); the records are then made by a
-    C-level ``zip`` as the caller advances, so a record the caller drops right away
-    never lives through a garbage collection (iteration stays fast). Deserializers run
-    per record and are not called for None keys or values (no key, tombstone). Each
-    record gets its own headers list. ``cursor``, an iterator over the offsets, may
-    stand in for them: records are made while it yields, so its length hint tells how
-    many were taken, and emptying the list under it ends the records early.
-    """
-    count = table.num_rows
-    if count == 0:
-        return iter(())
-    first = int(offsets[0])
-    record_offsets: Any = cursor
-    if cursor is None:
-        contiguous = int(offsets[-1]) - first == count - 1
-        record_offsets = range(first, first + count) if contiguous else offsets.tolist()
-    timestamp_column = table.column("timestamp")
-    timestamps = (
-        timestamp_column.to_numpy().tolist()
-        if timestamp_column.null_count == 0
-        else timestamp_column.to_pylist()
-    )
-    key_column = table.column("key")
-    keys: Any
-    if key_column.null_count == count:
-        keys = repeat(None, count)
-    else:
-        keys = key_column.to_pylist()
-        if key_deserializer is not None:
-            keys = map(_skipping_none(key_deserializer), keys)
-    values: Any = table.column("value").to_pylist()
-    if value_deserializer is not None:
-        values = map(_skipping_none(value_deserializer), values)
-    return map(
-        _new_record,
-        zip(
-            repeat(topic, count),
-            repeat(partition, count),
-            record_offsets,
-            timestamps,
-            repeat(timestamp_type, count),
-            keys,
-            values,
-            _headers(table.column("headers"), count),
-            strict=False,  # the cursor may end early on purpose
-        ),
-    )
-
-
-def consumer_records(
-    table: pa.Table,
-    offsets: np.ndarray,
-    topic: str,
-    partition: int,
-    timestamp_type: int,
-    key_deserializer: Callable[[bytes], Any] | None = None,
-    value_deserializer: Callable[[Any], Any] | None = None,
-) -> list[ConsumerRecord]:
-    """The records of :func:`iter_consumer_records` as a list (what ``poll()`` returns)."""
-    records = iter_consumer_records(
-        table, offsets, topic, partition, timestamp_type, key_deserializer, value_deserializer
-    )
-    if table.num_rows < GC_PAUSE_ROWS:
-        return list(records)
-    with _gc_paused():
-        return list(records)
-
-
-def _skipping_none(deserializer: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def deserialize(data: Any) -> Any:
-        return None if data is None else deserializer(data)
-
-    return deserialize
-
-
-def _headers(column: pa.ChunkedArray, count: int) -> Iterator[list[tuple[str, bytes]]]:
-    """Per-record header lists, converting the child columns once for all records."""
-    if column.null_count == count:
-        return map(list, repeat((), count))
-    headers: list[list[tuple[str, bytes]]] = []
-    for chunk in column.chunks:
-        if len(chunk) == 0:
-            continue
-        bounds = chunk.offsets.to_numpy()
-        low = int(bounds[0])
-        keys, values = chunk.flatten().flatten()
-        pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
-        relative = (bounds - low).tolist()
-        headers.extend(map(pairs.__getitem__, map(slice, relative[:-1], relative[1:])))
-    return iter(headers)

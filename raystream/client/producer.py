@@ -44,9 +44,6 @@ from raystream.client.accumulator import (
     RECORD_OVERHEAD_BYTES,
     STICKY,
     BulkJob,
-    FutureRecordMetadata,
-    ProduceRequest,
-    ProduceResult,
     RecordAccumulator,
     TopicInfo,
     assign_partitions,
@@ -55,6 +52,11 @@ from raystream.client.accumulator import (
 )
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.partitioner import DefaultPartitioner, resolve_partitioner
+from raystream.client.results import (
+    FutureRecordMetadata,
+    ProduceRequest,
+    ProduceResult,
+)
 from raystream.client.sender import Sender, TopicCache
 from raystream.config import ProducerConfig
 from raystream.errors import (

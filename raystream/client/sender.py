@@ -57,10 +57,12 @@ from raystream.client.accumulator import (
     REQUEST_FILL,
     BulkJob,
     Chunk,
-    ProduceRequest,
     RecordAccumulator,
     TopicInfo,
     build_requests,
+)
+from raystream.client.results import (
+    ProduceRequest,
 )
 from raystream.client.transport import is_dead_actor_error
 from raystream.config import ProducerConfig

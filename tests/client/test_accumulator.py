@@ -20,16 +20,18 @@ import pytest
 from raystream.client.accumulator import (
     BY_KEY,
     STICKY,
-    FutureRecordMetadata,
-    ProduceResult,
     RecordAccumulator,
     TopicInfo,
     build_requests,
-    compact,
     rows_per_request,
     split_by_partition,
 )
 from raystream.client.partitioner import DefaultPartitioner, partition_for_key
+from raystream.client.results import (
+    FutureRecordMetadata,
+    ProduceResult,
+    compact,
+)
 from raystream.errors import (
     IllegalStateError,
     InvalidRecordError,

@@ -609,8 +609,7 @@ def test_a_compacted_topic_with_offset_gaps_is_read_in_order(shared_cluster, mak
 
 
 def test_conversion_of_sliced_chunked_tables_keeps_gaps_headers_and_nones():
-    from raystream.client.fetcher import consumer_records, iter_consumer_records
-    from raystream.records import BYTES_SCHEMA
+    from raystream.records import BYTES_SCHEMA, consumer_records, iter_consumer_records
 
     chunks = [
         build_batch(BYTES_SCHEMA, [b"a", None], [b"1", None], [5, 6], [[("h", b"x")], None]),
