@@ -66,7 +66,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             return value.lower() == "true"
         raise InvalidConfigError(f"config {key}={value!r}: expected true or false")
     if isinstance(default, int):
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise InvalidConfigError(f"config {key}={value!r}: expected an integer")
         try:
             return int(value)

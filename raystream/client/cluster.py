@@ -130,19 +130,20 @@ class Cluster:
                 )
                 break
             except BrokerNotAvailableError:
-                if time.monotonic() + backoff_s >= deadline or not self._controller_exists():
+                current = self._find_controller()
+                if time.monotonic() + backoff_s >= deadline or current is None:
                     raise
+                self.controller = current  # restarting, or replaced by a new one
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
         return answer.unwrap() if isinstance(answer, Result) else answer
 
-    def _controller_exists(self) -> bool:
-        """Whether the controller is alive or being restarted (not stopped for good)."""
+    def _find_controller(self) -> Any:
+        """The namespace's controller if it is alive or restarting, else None."""
         try:
-            ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+            return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
         except ValueError:
-            return False
-        return True
+            return None
 
     def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:
         """The cached metadata of ``topic`` (fetched from the controller when missing).
@@ -207,7 +208,7 @@ class Cluster:
 
         Idempotent: shutting down a stopped cluster does nothing.
         """
-        if not self._controller_exists():
+        if self._find_controller() is None:
             return
         self.call("shutdown")
         ray.kill(self.controller, no_restart=True)
