@@ -352,10 +352,15 @@ class Controller:
             for topic in list(self.topics.values()):
                 for state in topic.partitions:
                     lost = {r for r in state.replicas if state.nodes.get(r) not in nodes}
+                    # A replica created after this pass's pings counts as alive.
                     live = {
                         r
                         for r in state.replicas
-                        if (topic.name, state.partition, r) in alive and r not in lost
+                        if r not in lost
+                        and (
+                            (topic.name, state.partition, r) in alive
+                            or (topic.name, state.partition, r) not in pings
+                        )
                     }
                     calls += self._reconcile(topic, state, live, lost)
         if calls:

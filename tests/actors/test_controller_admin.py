@@ -59,12 +59,13 @@ def fetch_all(cluster: rs.Cluster, topic: str, partition: int = 0) -> list[bytes
     return response.records.column("value").to_pylist()
 
 
-def wait_until_leader(handle, timeout_s: float = 60) -> None:
-    """Wait until a (restarted) replica serves as leader again."""
+def wait_until_leader(handle, old_pid: int, timeout_s: float = 60) -> None:
+    """Wait until the restarted replica (a new process) serves as leader again."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:
-            if ray.get(handle.state.remote(), timeout=5)["role"] == "leader":
+            state = ray.get(handle.state.remote(), timeout=5)
+            if state["pid"] != old_pid and state["role"] == "leader":
                 return
         except Exception:
             pass
@@ -260,8 +261,9 @@ def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
     cluster.admin().create_topic("phoenix")
     produce(cluster, "phoenix", [b"before"])
     leader = cluster.topic_metadata("phoenix").partitions[0].leader_handle
+    old_pid = ray.get(leader.ping.remote())
     ray.kill(leader, no_restart=False)
-    wait_until_leader(leader)
+    wait_until_leader(leader, old_pid)
     assert fetch_all(cluster, "phoenix") == [b"before"]
 
 

@@ -77,6 +77,7 @@ def test_topics_lifecycle_through_the_cli(cli, capsys) -> None:
     assert cli("status") == 0
     assert "topics:      1 (3 partitions, 3 replicas)" in capsys.readouterr().out
     assert cli("topics", "delete", "events") == 0
+    assert "deleted topic events" in capsys.readouterr().out
     assert cli("topics", "list") == 0
     assert "events" not in capsys.readouterr().out.split()
 
