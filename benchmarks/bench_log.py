@@ -12,6 +12,7 @@ Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--dir DI
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -88,6 +89,12 @@ def log_read(log: Log, start: int, records: int) -> float:
     return timed(run)
 
 
+def settle(log: Log) -> None:
+    """Flush the log and let the kernel write back every dirty page first."""
+    log.flush()
+    os.sync()
+
+
 def best(rounds: int, measure: Callable[[], float]) -> float:
     """The fastest of ``rounds`` runs: the figure least disturbed by other load."""
     return min(measure() for _ in range(rounds))
@@ -112,13 +119,11 @@ def main() -> None:
     big_rows: list[tuple[str, float]] = []
     try:
         raw_path = os.path.join(root, "raw.arrows")
-        raw_write = best(args.rounds, lambda: raw_ipc(raw_path, batch, batches)[0])
-        raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
-        os.unlink(raw_path)
 
         def append_round(flush: bool) -> float:
             directory = os.path.join(root, "log-append")
             shutil.rmtree(directory, ignore_errors=True)
+            os.sync()
             log = Log.open(directory, LogConfig())
             seconds = log_append(log, batch, batches)
             if flush:
@@ -126,8 +131,22 @@ def main() -> None:
             log.close()
             return seconds
 
-        append = best(args.rounds, lambda: append_round(False))
-        append_flush = best(args.rounds, lambda: append_round(True))
+        def raw_round() -> float:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(raw_path)
+            os.sync()
+            return raw_ipc(raw_path, batch, batches)[0]
+
+        # Interleaved rounds: the page cache's state after gigabytes of writes moves
+        # every writer's speed, so the ceiling and the log are measured side by side.
+        writes: dict[str, list[float]] = {"raw": [], "append": [], "flush": []}
+        for _ in range(args.rounds):
+            writes["raw"].append(raw_round())
+            writes["append"].append(append_round(False))
+            writes["flush"].append(append_round(True))
+        raw_write, append, append_flush = (min(writes[k]) for k in ("raw", "append", "flush"))
+        raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
+        os.unlink(raw_path)
         log = Log.open(os.path.join(root, "log-append"), LogConfig())
         read_cold = log_read(log, 0, records)  # first read after open checks every CRC
         read = best(args.rounds, lambda: log_read(log, 0, records))
@@ -152,7 +171,9 @@ def main() -> None:
             ("Log.read, first after reopen (CRC check)", records / read_cold, raw_read / read_cold),
         ]
         if args.big_gb > 0:
-            big_rows = size_independence(root, batch, args.big_gb, min(batches, 1000), args.rounds)
+            big_rows = size_independence(
+                root, batch, args.big_gb, min(batches, 1000), max(args.rounds, 5)
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -176,26 +197,48 @@ def main() -> None:
 def size_independence(
     root: str, batch: pa.RecordBatch, big_gb: float, probe: int, rounds: int
 ) -> list[tuple[str, float]]:
-    """Append and read speed on an empty log, then on the same log grown to ``big_gb``."""
-    log = Log.open(os.path.join(root, "log-big"), LogConfig())
+    """Append and read speed on an empty log and on a log of ``big_gb``, measured in
+    alternating rounds at the same moment (the machine's page cache state after writing
+    gigabytes moves every writer's speed, so only side-by-side figures compare)."""
+    big = Log.open(os.path.join(root, "log-big"), LogConfig())
+    while big.size_bytes < big_gb * 1e9:
+        log_append(big, batch, 1000)
+    empty = Log.open(os.path.join(root, "log-empty"), LogConfig())
     probe_records = probe * BATCH
-    empty_append = log_append(log, batch, probe)
-    empty_read = best(rounds, lambda: log_read(log, 0, probe_records))
-    while log.size_bytes < big_gb * 1e9:
-        log_append(log, batch, 1000)
-    size = f"{log.size_bytes / 1e9:.1f} GB log"
-    end = log.log_end_offset
-    full_append = log_append(log, batch, probe)
-    full_read_tail = best(rounds, lambda: log_read(log, end, probe_records))
-    full_read_head = best(rounds, lambda: log_read(log, probe_records, probe_records))
-    log.delete()
-    return [
-        ("append, empty log", probe_records / empty_append),
-        (f"append, {size}", probe_records / full_append),
-        ("read, empty log", probe_records / empty_read),
-        (f"read at the end, {size}", probe_records / full_read_tail),
-        (f"read at the start, {size}", probe_records / full_read_head),
+    raw_dir = os.path.join(root, "raw-probes")
+    os.makedirs(raw_dir)
+    counter = iter(range(1_000_000))
+    figures: dict[str, list[float]] = {"empty": [], "big": [], "raw": []}
+    for _ in range(rounds):
+        settle(empty)
+        figures["empty"].append(log_append(empty, batch, probe))
+        settle(big)
+        figures["big"].append(log_append(big, batch, probe))
+        os.sync()
+        path = os.path.join(raw_dir, f"{next(counter)}.arrows")
+        figures["raw"].append(raw_ipc(path, batch, probe)[0])
+    end = big.log_end_offset - probe_records
+    size = f"{big.size_bytes / 1e9:.1f} GB log"
+    rows = [
+        ("append, empty log", probe_records / min(figures["empty"])),
+        (f"append, {size}", probe_records / min(figures["big"])),
+        ("raw Arrow IPC write, new file, same moment", probe_records / min(figures["raw"])),
+        (
+            "read, empty log",
+            probe_records / best(rounds, lambda: log_read(empty, 0, probe_records)),
+        ),
+        (
+            f"read at the end, {size}",
+            probe_records / best(rounds, lambda: log_read(big, end, probe_records)),
+        ),
+        (
+            f"read at the start, {size}",
+            probe_records / best(rounds, lambda: log_read(big, 0, probe_records)),
+        ),
     ]
+    big.delete()
+    empty.delete()
+    return rows
 
 
 if __name__ == "__main__":
