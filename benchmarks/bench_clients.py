@@ -172,7 +172,9 @@ def main() -> None:
             "consume poll_arrow": consume_arrow(cluster, "batch", n),
         }
         p50, p99 = end_to_end(cluster, "e2e", args.e2e_rate, args.e2e_seconds)
-        replica_rss, replica_uss, controller_rss = memory(cluster, "p1")
+        admin.create_topic("idle")
+        time.sleep(2)
+        replica_rss, replica_uss, controller_rss = memory(cluster, "idle")
         cluster.shutdown()
     finally:
         ray.shutdown()
