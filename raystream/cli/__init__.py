@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -44,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="start raystream (and a local Ray if none runs)")
-    up.add_argument("--data-dir", default=None, help="data directory on each node")
+    up.add_argument(
+        "--data-dir", default=None, help="data directory on each node (default: the last used)"
+    )
     up.add_argument("--config", action="append", help="broker setting key=value (repeatable)")
     up.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray started here")
     down = commands.add_parser("down", help="stop raystream's actors; data stays on disk")
@@ -157,14 +160,43 @@ def _up(args: argparse.Namespace) -> int:
             print("starting a local Ray:", " ".join(command[3:]), flush=True)
             subprocess.run(command, check=True, capture_output=True)
             ray.init(address="auto", logging_level="error", log_to_driver=False)
+    data_dir = args.data_dir or _remembered_data_dir(args.namespace)
     cluster = connect(
         address=address,
         namespace=args.namespace,
-        data_dir=args.data_dir,
+        data_dir=data_dir,
         broker_config=parse_config(args.config),
     )
+    _remember_data_dir(args.namespace, cluster.data_dir)
     print(f"raystream is up: namespace {cluster.namespace!r}, data in {cluster.data_dir}")
     return 0
+
+
+def _state_file() -> str:
+    return os.path.join(os.path.expanduser("~"), ".raystream", "clusters.json")
+
+
+def _remembered_data_dir(namespace: str) -> str | None:
+    """The data dir ``up`` last used for ``namespace`` on this machine, so a cluster
+    brought down comes back up with its data without repeating ``--data-dir``."""
+    try:
+        with open(_state_file()) as f:
+            return json.load(f).get(namespace)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _remember_data_dir(namespace: str, data_dir: str) -> None:
+    path = _state_file()
+    try:
+        with open(path) as f:
+            known = json.load(f)
+    except (FileNotFoundError, ValueError):
+        known = {}
+    known[namespace] = data_dir
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(known, f, indent=2)
 
 
 def _down(args: argparse.Namespace, cluster: Any) -> int:

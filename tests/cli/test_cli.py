@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import subprocess
 import sys
 
@@ -25,6 +26,12 @@ def cli(local_ray, tmp_path):
     namespace = f"cli-{next(_names)}"
     address = ray.get_runtime_context().gcs_address
     data_dir = str(tmp_path / "data")
+    # ``up`` remembers data dirs under HOME: keep the user's file out of the tests, but
+    # let Ray find its authentication token where it made it.
+    env = {**os.environ, "HOME": str(tmp_path)}
+    token = os.path.expanduser("~/.ray/auth_token")
+    if os.path.exists(token):
+        env.setdefault("RAY_AUTH_TOKEN_PATH", token)
 
     def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -42,6 +49,7 @@ def cli(local_ray, tmp_path):
             capture_output=True,
             text=True,
             timeout=300,
+            env=env,
         )
 
     up = run("up", "--data-dir", data_dir)
@@ -111,8 +119,9 @@ def test_down_then_up_keeps_topics_and_records(cli, capsys, monkeypatch) -> None
     down = cli.run("down")
     assert down.returncode == 0, down.stderr
     assert "data stays" in down.stdout
-    up = cli.run("up", "--data-dir", cli.data_dir)
+    up = cli.run("up")  # the data dir of the last ``up`` is remembered
     assert up.returncode == 0, up.stderr
+    assert cli.data_dir in up.stdout
     capsys.readouterr()
     assert cli("topics", "describe", "kept") == 0
     assert '"retention.ms": 99000' in capsys.readouterr().out
