@@ -84,24 +84,34 @@ def cluster(cluster_factory: Callable[..., Any]) -> Any:
     return cluster_factory()
 
 
-@pytest.fixture
-def admin(cluster: Any) -> Any:
-    """The Admin client of the test's default cluster."""
-    return cluster.admin()
+@pytest.fixture(scope="module")
+def shared_cluster(ray_session: None, request, tmp_path_factory) -> Iterator[Any]:
+    """One raystream cluster for a whole test module (its own namespace and data dir),
+    for tests that only add topics of their own: far cheaper than a cluster per test."""
+    from raystream.client.cluster import connect
+
+    ensure_local_ray()
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    cluster = connect(
+        namespace=f"{module}-{os.getpid()}",
+        data_dir=str(tmp_path_factory.mktemp(f"{module}-data")),
+    )
+    yield cluster
+    cluster.shutdown()
 
 
 @pytest.fixture
-def topic_factory(admin: Any) -> Callable[..., str]:
-    """Create topics on the test's default cluster; returns the topic's name.
+def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
+    """``make_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
+    admin = shared_cluster.admin()
+    prefix = request.node.name.split("[")[0][-40:].strip("_")
 
-    ``topic_factory(partitions=3)`` makes a topic with a fresh name; ``name=``, ``config=``,
-    ``schema=`` and ``replication_factor=`` go to ``Admin.create_topic``.
-    """
-    counter = itertools.count()
-
-    def make(name: str | None = None, partitions: int = 1, **kwargs: Any) -> str:
-        name = name or f"topic-{next(counter)}"
+    def make(partitions: int = 1, **kwargs: Any) -> str:
+        name = f"{prefix}-{next(_topic_names)}"
         admin.create_topic(name, partitions=partitions, **kwargs)
         return name
 
     return make
+
+
+_topic_names = itertools.count()

@@ -27,16 +27,10 @@ from raystream.errors import (
 from raystream.records import build_batch
 
 
-@pytest.fixture(scope="module")
-def shared(ray_session, tmp_path_factory):
-    """One cluster for the tests that only add their own topics (cheaper than one each)."""
-    from raystream.client.cluster import connect
-
-    cluster = connect(
-        namespace="admin-shared", data_dir=str(tmp_path_factory.mktemp("shared-data"))
-    )
-    yield cluster
-    cluster.shutdown()
+@pytest.fixture
+def shared(shared_cluster):
+    """The module's cluster, for tests that only add their own topics."""
+    return shared_cluster
 
 
 def produce(cluster: rs.Cluster, topic: str, values: list[bytes], partition: int = 0, **kw):

@@ -8,9 +8,7 @@ topics.
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,35 +35,6 @@ from raystream.types import ConsumerRecord, TopicPartition
 
 T0 = 1_700_000_000_000
 """Timestamp (ms) of the first record the tests write; record i has T0 + i."""
-
-
-@pytest.fixture(scope="module")
-def shared_cluster(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One raystream cluster for the module (own namespace and data dir)."""
-    from raystream.client.cluster import connect
-
-    cluster = connect(
-        namespace=f"test-consumer-{os.getpid()}",
-        data_dir=str(tmp_path_factory.mktemp("consumer-data")),
-    )
-    yield cluster
-    cluster.shutdown()
-
-
-_topic_names = itertools.count()
-
-
-@pytest.fixture
-def make_topic(shared_cluster: Any) -> Callable[..., str]:
-    """``make_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
-    admin = shared_cluster.admin()
-
-    def make(partitions: int = 1, **kwargs: Any) -> str:
-        name = f"consumer-{next(_topic_names)}"
-        admin.create_topic(name, partitions=partitions, **kwargs)
-        return name
-
-    return make
 
 
 @pytest.fixture(scope="module")

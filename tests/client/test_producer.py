@@ -7,8 +7,6 @@ these tests do not depend on the Consumer. They share one raystream cluster per 
 
 from __future__ import annotations
 
-import itertools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,35 +34,6 @@ from raystream.errors import (
 from raystream.types import RecordMetadata
 
 T0 = 1_700_000_000_000
-
-
-@pytest.fixture(scope="module")
-def shared_cluster(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """One raystream cluster for the module (own namespace and data dir)."""
-    from raystream.client.cluster import connect
-
-    cluster = connect(
-        namespace=f"test-producer-{os.getpid()}",
-        data_dir=str(tmp_path_factory.mktemp("producer-data")),
-    )
-    yield cluster
-    cluster.shutdown()
-
-
-_names = itertools.count()
-
-
-@pytest.fixture
-def make_topic(shared_cluster: Any) -> Callable[..., str]:
-    """``make_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
-    admin = shared_cluster.admin()
-
-    def make(partitions: int = 1, **kwargs: Any) -> str:
-        name = f"producer-{next(_names)}"
-        admin.create_topic(name, partitions=partitions, **kwargs)
-        return name
-
-    return make
 
 
 @pytest.fixture
