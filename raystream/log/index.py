@@ -89,76 +89,65 @@ class _IndexFile:
             os.unlink(self.path)
 
 
-class OffsetIndex:
-    """Maps offsets to file positions for a segment starting at ``base_offset``.
+class _PairIndex:
+    """Two parallel arrays of int64 (searched by bisect) mirrored in an entry file.
 
-    Invariant: entries are strictly increasing in both offset and position, and each
-    entry points at the first byte of a batch whose base offset is the entry's offset.
+    Subclasses say how an entry file's fields map to the two arrays; this class keeps
+    the arrays and the file in step through appends, truncation, reset and reload.
     """
+
+    _dtype: np.dtype
 
     def __init__(self, path: str, base_offset: int) -> None:
         self.base_offset = base_offset
-        self._file = _IndexFile(path, _OFFSET_ENTRY)
-        self._offsets = array("q")
-        self._positions = array("q")
+        self._file = _IndexFile(path, self._dtype)
+        self._first = array("q")
+        self._second = array("q")
 
     @property
     def path(self) -> str:
         return self._file.path
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self._first)
 
     def load(self) -> bool:
         """Load the entries from disk; False when the file is missing."""
         entries = self._file.load()
         if entries is None:
             return False
-        self._offsets = array("q", (entries["relative_offset"].astype(np.int64) + self.base_offset))
-        self._positions = array("q", entries["position"].astype(np.int64))
+        first, second = self._from_entries(entries)
+        self._first = array("q", first.astype(np.int64))
+        self._second = array("q", second.astype(np.int64))
         return True
 
-    def append(self, offset: int, position: int) -> None:
-        """Add an entry for the batch starting at ``offset`` stored at ``position``."""
-        self._offsets.append(offset)
-        self._positions.append(position)
-        self._file.add(_PACK_OFFSET(offset - self.base_offset, position))
+    def _add(self, first: int, second: int) -> None:
+        self._first.append(first)
+        self._second.append(second)
+        self._file.add(self._pack_entry(first, second))
 
-    def is_sane(self) -> bool:
-        """Whether the loaded entries keep the invariant (else the file is garbage)."""
-        return _increasing(self._offsets, self.base_offset) and _increasing(self._positions, 0)
-
-    def lookup(self, offset: int) -> tuple[int, int]:
-        """The last entry at or below ``offset`` as (offset, position); (base, 0) if none."""
-        i = bisect.bisect_right(self._offsets, offset) - 1
-        if i < 0:
-            return self.base_offset, 0
-        return self._offsets[i], self._positions[i]
-
-    def last(self) -> tuple[int, int]:
-        """The last entry, or (base_offset, 0) when empty."""
-        if not self._offsets:
-            return self.base_offset, 0
-        return self._offsets[-1], self._positions[-1]
-
-    def truncate_to_position(self, position: int) -> None:
-        """Drop entries at or after ``position`` (the segment was cut there)."""
-        keep = bisect.bisect_left(self._positions, position)
-        del self._offsets[keep:]
-        del self._positions[keep:]
+    def _truncate(self, keep: int) -> None:
+        del self._first[keep:]
+        del self._second[keep:]
         self._rewrite()
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        self._offsets = array("q")
-        self._positions = array("q")
-        self._rewrite()
+        self._truncate(0)
 
     def _rewrite(self) -> None:
-        entries = np.empty(len(self._offsets), dtype=_OFFSET_ENTRY)
-        entries["relative_offset"] = np.asarray(self._offsets, dtype=np.int64) - self.base_offset
-        entries["position"] = np.asarray(self._positions, dtype=np.int64)
-        self._file.rewrite(entries)
+        first = np.asarray(self._first, dtype=np.int64)
+        second = np.asarray(self._second, dtype=np.int64)
+        self._file.rewrite(self._to_entries(first, second))
+
+    def _from_entries(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def _to_entries(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _pack_entry(self, first: int, second: int) -> bytes:
+        raise NotImplementedError
 
     def flush(self, fsync: bool) -> None:
         self._file.flush(fsync)
@@ -170,7 +159,54 @@ class OffsetIndex:
         self._file.delete()
 
 
-class TimeIndex:
+class OffsetIndex(_PairIndex):
+    """Maps offsets to file positions for a segment starting at ``base_offset``.
+
+    Invariant: entries are strictly increasing in both offset and position, and each
+    entry points at the first byte of a batch whose base offset is the entry's offset.
+    """
+
+    _dtype = _OFFSET_ENTRY
+
+    def _from_entries(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return entries["relative_offset"].astype(np.int64) + self.base_offset, entries["position"]
+
+    def _to_entries(self, offsets: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        entries = np.empty(len(offsets), dtype=_OFFSET_ENTRY)
+        entries["relative_offset"] = offsets - self.base_offset
+        entries["position"] = positions
+        return entries
+
+    def _pack_entry(self, offset: int, position: int) -> bytes:
+        return _PACK_OFFSET(offset - self.base_offset, position)
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry for the batch starting at ``offset`` stored at ``position``."""
+        self._add(offset, position)
+
+    def is_sane(self) -> bool:
+        """Whether the loaded entries keep the invariant (else the file is garbage)."""
+        return _increasing(self._first, self.base_offset) and _increasing(self._second, 0)
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The last entry at or below ``offset`` as (offset, position); (base, 0) if none."""
+        i = bisect.bisect_right(self._first, offset) - 1
+        if i < 0:
+            return self.base_offset, 0
+        return self._first[i], self._second[i]
+
+    def last(self) -> tuple[int, int]:
+        """The last entry, or (base_offset, 0) when empty."""
+        if not self._first:
+            return self.base_offset, 0
+        return self._first[-1], self._second[-1]
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries at or after ``position`` (the segment was cut there)."""
+        self._truncate(bisect.bisect_left(self._second, position))
+
+
+class TimeIndex(_PairIndex):
     """Maps timestamps to offsets for one segment.
 
     Each entry ``(t, o)`` means: every batch before offset ``o`` has a max timestamp
@@ -178,78 +214,42 @@ class TimeIndex:
     "first offset with timestamp >= target" can start at the last entry with t < target.
     """
 
-    def __init__(self, path: str, base_offset: int) -> None:
-        self.base_offset = base_offset
-        self._file = _IndexFile(path, _TIME_ENTRY)
-        self._timestamps = array("q")
-        self._offsets = array("q")
+    _dtype = _TIME_ENTRY
 
-    @property
-    def path(self) -> str:
-        return self._file.path
+    def _from_entries(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return entries["timestamp"], entries["relative_offset"].astype(np.int64) + self.base_offset
 
-    def __len__(self) -> int:
-        return len(self._timestamps)
+    def _to_entries(self, timestamps: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        entries = np.empty(len(timestamps), dtype=_TIME_ENTRY)
+        entries["timestamp"] = timestamps
+        entries["relative_offset"] = offsets - self.base_offset
+        return entries
 
-    def load(self) -> bool:
-        """Load the entries from disk; False when the file is missing."""
-        entries = self._file.load()
-        if entries is None:
-            return False
-        self._timestamps = array("q", entries["timestamp"].astype(np.int64))
-        self._offsets = array("q", entries["relative_offset"].astype(np.int64) + self.base_offset)
-        return True
+    def _pack_entry(self, timestamp: int, offset: int) -> bytes:
+        return _PACK_TIME(timestamp, offset - self.base_offset)
 
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add ``(timestamp, offset)`` if it extends the index monotonically."""
-        if self._timestamps and (timestamp <= self._timestamps[-1] or offset <= self._offsets[-1]):
+        if self._first and (timestamp <= self._first[-1] or offset <= self._second[-1]):
             return
-        self._timestamps.append(timestamp)
-        self._offsets.append(offset)
-        self._file.add(_PACK_TIME(timestamp, offset - self.base_offset))
+        self._add(timestamp, offset)
 
     def is_sane(self, last_offset: int) -> bool:
         """Whether the entries increase and stop at ``last_offset`` (the offset index's
         last entry: both indexes gain entries together)."""
-        if self._offsets and self._offsets[-1] > last_offset:
+        if self._second and self._second[-1] > last_offset:
             return False
-        return _increasing(self._timestamps, -(2**63)) and _increasing(
-            self._offsets, self.base_offset
-        )
+        return _increasing(self._first, -(2**63)) and _increasing(self._second, self.base_offset)
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which to scan for the first record with timestamp >= target."""
-        i = bisect.bisect_left(self._timestamps, timestamp) - 1
-        return self.base_offset if i < 0 else self._offsets[i]
+        i = bisect.bisect_left(self._first, timestamp) - 1
+        return self.base_offset if i < 0 else self._second[i]
 
     def last_timestamp(self) -> int:
         """The newest timestamp indexed, or -1."""
-        return self._timestamps[-1] if self._timestamps else -1
+        return self._first[-1] if self._first else -1
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries at or after ``offset``."""
-        keep = bisect.bisect_left(self._offsets, offset)
-        del self._timestamps[keep:]
-        del self._offsets[keep:]
-        self._rewrite()
-
-    def reset(self) -> None:
-        """Drop every entry (before a rebuild)."""
-        self._timestamps = array("q")
-        self._offsets = array("q")
-        self._rewrite()
-
-    def _rewrite(self) -> None:
-        entries = np.empty(len(self._timestamps), dtype=_TIME_ENTRY)
-        entries["timestamp"] = np.asarray(self._timestamps, dtype=np.int64)
-        entries["relative_offset"] = np.asarray(self._offsets, dtype=np.int64) - self.base_offset
-        self._file.rewrite(entries)
-
-    def flush(self, fsync: bool) -> None:
-        self._file.flush(fsync)
-
-    def close(self) -> None:
-        self._file.close()
-
-    def delete(self) -> None:
-        self._file.delete()
+        self._truncate(bisect.bisect_left(self._second, offset))
