@@ -3,7 +3,7 @@
 ``send()`` validates one record, buffers it in the
 :class:`~raystream.client.accumulator.RecordAccumulator` (a few list appends under a
 lock: no Arrow work, no hashing) and returns a
-:class:`~raystream.client.accumulator.FutureRecordMetadata`. The
+:class:`~raystream.client.results.FutureRecordMetadata`. The
 :class:`~raystream.client.sender.Sender` thread turns buffered records into one Arrow
 batch per partition and sends it to the partition's leader (one call in flight per
 partition, so order holds; batches queued meanwhile share the next call).
