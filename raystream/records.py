@@ -93,12 +93,32 @@ def build_batch(
 
 
 def _first_bad_value(values: Sequence[Any], value_type: pa.DataType, error: Exception) -> str:
+    bad = bad_values(values, value_type)
+    if not bad:
+        return f"values do not fit {value_type}: {error}"
+    index = min(bad)
+    return f"record {index}: {bad[index]}"
+
+
+def bad_values(values: Sequence[Any], value_type: pa.DataType) -> dict[int, InvalidRecordError]:
+    """The values that do not fit ``value_type``, by index, each with its reason.
+
+    Probes value by value, so call it only after a whole-batch conversion failed.
+    """
+    bad: dict[int, InvalidRecordError] = {}
     for index, value in enumerate(values):
         try:
             pa.array([value], type=value_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as bad:
-            return f"record {index}: value {value!r:.80} does not fit {value_type}: {bad}"
-    return f"values do not fit {value_type}: {error}"
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as error:
+            bad[index] = InvalidRecordError(
+                f"value {value!r:.80} does not fit the topic's schema {value_type}: {error}"
+            )
+    return bad
+
+
+def empty_fetch(record_schema: pa.Schema) -> pa.Table:
+    """A fetched table with no rows: the topic's columns plus ``offset``."""
+    return record_schema.empty_table().append_column("offset", pa.array([], pa.int64()))
 
 
 def batch_from_table(

@@ -51,6 +51,7 @@ from raystream.protocol import (
     Result,
     failure,
 )
+from raystream.records import empty_fetch
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 
@@ -130,7 +131,7 @@ class PartitionReplica:
         )
         self._checkpointed_high_watermark = self.high_watermark
         self._leader_handle: Any = None
-        self._empty = record_schema.empty_table().append_column("offset", pa.array([], pa.int64()))
+        self._empty = empty_fetch(record_schema)
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []

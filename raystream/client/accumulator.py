@@ -55,7 +55,7 @@ from raystream.errors import (
     RaystreamTimeoutError,
     RecordTooLargeError,
 )
-from raystream.records import build_batch
+from raystream.records import bad_values, build_batch
 
 logger = logging.getLogger(__name__)
 
@@ -454,7 +454,7 @@ def build_requests(
     try:
         batch = build_batch(topic.record_schema, keys, values, timestamps, headers)
     except InvalidRecordError as error:
-        bad = _refuse_bad_values(values, topic.record_schema.field("value").type)
+        bad = bad_values(values, topic.record_schema.field("value").type)
         if not bad:
             raise error from None
         result.record_errors.update(bad)
@@ -487,18 +487,6 @@ def _header_list(
     for index, value in headers.items():
         out[index] = value
     return out
-
-
-def _refuse_bad_values(values: Sequence[Any], value_type: pa.DataType) -> dict[int, BaseException]:
-    bad: dict[int, BaseException] = {}
-    for index, value in enumerate(values):
-        try:
-            pa.array([value], type=value_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as error:
-            bad[index] = InvalidRecordError(
-                f"value {value!r:.80} does not fit the topic's schema {value_type}: {error}"
-            )
-    return bad
 
 
 def assign_partitions(

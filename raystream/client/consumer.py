@@ -49,7 +49,13 @@ from raystream.errors import (
     UnsupportedError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raystream.records import BYTES_SCHEMA, consumer_records, iter_consumer_records, to_user_table
+from raystream.records import (
+    BYTES_SCHEMA,
+    consumer_records,
+    empty_fetch,
+    iter_consumer_records,
+    to_user_table,
+)
 from raystream.types import ConsumerRecord, TopicPartition
 
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
@@ -456,12 +462,12 @@ class Consumer:
         """No rows, in the layout poll_arrow gives the assigned topics."""
         schemas = [
             to_user_table(
-                _empty_fetch(self.cluster.topic_metadata(topic).record_schema), topic, 0
+                empty_fetch(self.cluster.topic_metadata(topic).record_schema), topic, 0
             ).schema
             for topic in dict.fromkeys(tp.topic for tp in self._fetcher.assignment())
         ]
         if not schemas:
-            schemas = [to_user_table(_empty_fetch(BYTES_SCHEMA), "", 0).schema]
+            schemas = [to_user_table(empty_fetch(BYTES_SCHEMA), "", 0).schema]
         if len(schemas) == 1:
             return schemas[0].empty_table()
         return pa.unify_schemas(schemas, promote_options="permissive").empty_table()
@@ -757,10 +763,6 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
-
-
-def _empty_fetch(record_schema: pa.Schema) -> pa.Table:
-    return record_schema.empty_table().append_column("offset", pa.array([], pa.int64()))
 
 
 def _is_int(value: Any) -> bool:
