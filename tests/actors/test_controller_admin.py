@@ -258,5 +258,3 @@ def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
     ray.kill(leader, no_restart=False)
     wait_until_leader(leader, old_pid)
     assert fetch_all(cluster, "phoenix") == [b"before"]
-
-
