@@ -1,0 +1,130 @@
+"""``rs.ConsumerGroup``: member actors, scaling, a killed member, at-least-once.
+
+Each member's function appends the (partition, offset) pairs it processed to a file on
+real disk, so the test sees exactly what was processed, whichever actor did it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+import ray
+
+from raystream.client.consumer_group import ConsumerGroup
+from raystream.errors import InvalidRequestError
+
+FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200}
+
+
+def recorder(path: str) -> Any:
+    """A member function that appends 'partition offset' lines to ``path``."""
+
+    def record(table: Any) -> None:
+        lines = [
+            f"{p} {o}\n"
+            for p, o in zip(
+                table.column("partition").to_pylist(),
+                table.column("offset").to_pylist(),
+                strict=True,
+            )
+        ]
+        with open(path, "a") as f:
+            f.write("".join(lines))
+
+    return record
+
+
+def processed(path: str) -> list[tuple[int, int]]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [tuple(map(int, line.split())) for line in f if line.strip()]
+
+
+def wait_for(condition: Any, timeout_s: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
+        time.sleep(0.2)
+
+
+def produce(cluster: Any, topic: str, start: int, count: int) -> None:
+    producer = cluster.producer(linger_ms=2)
+    for i in range(start, start + count):
+        producer.send(topic, value=str(i).encode(), key=str(i).encode())
+    producer.close()
+
+
+@pytest.mark.slow
+def test_member_actors_scale_survive_a_kill_and_skip_nothing(shared_cluster, make_topic, tmp_path):
+    topic = make_topic(partitions=6)
+    path = str(tmp_path / "processed.txt")
+    produce(shared_cluster, topic, 0, 3000)
+    group = ConsumerGroup(
+        shared_cluster, topic, "actors", recorder(path), members=3, consumer_config=FAST
+    )
+    try:
+
+        def shares() -> list[int]:
+            return sorted(len(s.get("assignment", [])) for s in group.status())
+
+        wait_for(lambda: shares() == [2, 2, 2], what="3 members with 2 partitions each")
+        wait_for(lambda: len(set(processed(path))) == 3000, what="the first 3000 records")
+
+        group.scale(4)
+        wait_for(lambda: shares() == [1, 1, 2, 2], what="a fourth member taking a share")
+
+        victim = group.members[0]
+        ray.kill(victim, no_restart=False)  # kill -9; Ray restarts it as a new member
+        produce(shared_cluster, topic, 3000, 3000)
+        wait_for(lambda: len(set(processed(path))) == 6000, what="every record after the kill")
+        wait_for(lambda: shares() == [1, 1, 2, 2], what="the restarted member back in")
+        done = processed(path)
+        assert {o for _, o in done} >= set(range(1000))  # at least once: nothing skipped
+
+        group.scale(2)
+        wait_for(lambda: shares() == [3, 3], what="two members after scaling down")
+        assert all(s["failures"] == 0 for s in group.status())
+    finally:
+        group.stop()
+    assert group.members == []
+    assert group.lag() == 0  # everything processed was committed
+
+
+def test_a_failing_function_is_retried_and_its_batch_never_committed(
+    shared_cluster, make_topic, tmp_path
+):
+    topic = make_topic(partitions=1)
+    produce(shared_cluster, topic, 0, 50)
+    flag = str(tmp_path / "fail-once")
+    open(flag, "w").close()
+    path = str(tmp_path / "processed.txt")
+    record = recorder(path)
+
+    def flaky(table: Any) -> None:
+        if os.path.exists(flag):
+            os.remove(flag)
+            raise RuntimeError("transient failure")
+        record(table)
+
+    group = ConsumerGroup(shared_cluster, [topic], "flaky", flaky, consumer_config=FAST)
+    try:
+        wait_for(lambda: len(set(processed(path))) == 50, what="all 50 records")
+        (status,) = group.status()
+        assert status["failures"] == 1 and "transient failure" in status["last_error"]
+        assert sorted(o for _, o in processed(path)) == list(range(50))
+    finally:
+        group.stop()
+
+
+def test_bad_arguments_are_named(shared_cluster, make_topic):
+    topic = make_topic()
+    with pytest.raises(InvalidRequestError, match="mode='rows'"):
+        ConsumerGroup(shared_cluster, topic, "g", print, mode="rows")
+    with pytest.raises(InvalidRequestError, match="members=-1"):
+        ConsumerGroup(shared_cluster, topic, "g", print, members=-1)
+    with pytest.raises(InvalidRequestError, match="fn must be callable"):
+        ConsumerGroup(shared_cluster, topic, "g", 42)
