@@ -3,8 +3,11 @@
 Starts Ray in this process with raystream on it, creates a typed ``orders`` topic with
 three replicas per partition, streams realistic orders (customer, category, amount)
 into it record by record with ``acks=all``, kills a partition leader mid-stream to show
-the failover, reads everything back as Arrow, checks that every acknowledged order
-arrived and in order per customer, and prints revenue per category. Data goes to a
+the failover, reads everything back as Arrow, then processes the stream with a
+consumer group of Ray actors (``rs.ConsumerGroup``) that forwards each order to a
+``processed`` topic, killing one member to show the rebalance. It checks that every
+acknowledged order arrived, in order per customer, and was processed, and prints
+revenue per category. Data goes to a
 temporary directory, removed at the end.
 """
 
@@ -123,7 +126,7 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
                 f"{failover['new']:.0f} elected {failover['elected']:.2f} s later"
             )
 
-        started = _step("consuming every order back as Arrow tables")
+        started = _step("reading every order back as Arrow tables")
         consumer = cluster.consumer("orders", auto_offset_reset="earliest")
         tables = []
         received = 0
@@ -137,10 +140,12 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
         consumer.close()
         seconds = time.perf_counter() - started
         print(f"    {received:,} orders in {seconds:.2f} s ({received / seconds:,.0f} orders/s)")
+        processed = _process_with_group(cluster, admin, len(set(acknowledged)), partitions)
 
         table = pa.concat_tables(tables)
         ids = set(table.column("order_id").to_pylist())
         complete = not failed and set(acknowledged) <= ids and len(acknowledged) == orders
+        all_processed = set(acknowledged) <= processed
         in_order = _ordered_per_customer(table)
         summary = (
             table.group_by("category")
@@ -165,11 +170,101 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
             f" ({duplicates} duplicates from retries)"
         )
         print(f"orders of each customer in order:  {'yes' if in_order else 'NO'}")
+        print(f"every order processed by the group: {'yes' if all_processed else 'NO'}")
         cluster.shutdown()
-        return 0 if complete and in_order else 1
+        return 0 if complete and in_order and all_processed else 1
     finally:
         ray.shutdown()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+PROCESSED_SCHEMA = pa.schema(
+    [
+        ("order_id", pa.int64()),
+        ("category", pa.string()),
+        ("amount", pa.float64()),
+        ("member", pa.string()),
+    ]
+)
+
+
+def _enricher(cluster):
+    """The consumer-group function: each member actor forwards its orders, tagged with
+    its name, to the 'processed' topic (a consume-transform-produce step)."""
+    state: dict = {}
+
+    def enrich(table: pa.Table) -> None:
+        if "producer" not in state:
+            state["producer"] = cluster.producer(acks="all", linger_ms=5)
+            state["member"] = f"actor-{os.getpid()}"
+        out = table.select(["order_id", "category", "amount"]).append_column(
+            "member", pa.array([state["member"]] * table.num_rows, pa.string())
+        )
+        state["producer"].send_batch("processed", out)
+
+    return enrich
+
+
+def _process_with_group(cluster, admin, expected: int, partitions: int) -> set[int]:
+    """Run a consumer group of Ray actors over 'orders', kill one, show the rebalance,
+    and return the order ids that reached the 'processed' topic."""
+    import ray
+
+    import raystream as rs
+
+    started = _step(
+        f"processing the stream with a consumer group of {partitions} Ray actors "
+        "(at-least-once: each commits after its batch is forwarded)"
+    )
+    admin.create_topic("processed", partitions=partitions, schema=PROCESSED_SCHEMA)
+    config = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300, "max_poll_records": 2000}
+    group = rs.ConsumerGroup(
+        cluster,
+        "orders",
+        "enrichers",
+        _enricher(cluster),
+        members=partitions,
+        consumer_config=config,
+    )
+    reader = cluster.consumer("processed", auto_offset_reset="earliest")
+    seen: set[int] = set()
+    members: dict[str, int] = {}
+
+    def read(timeout_ms: int) -> None:
+        table = reader.poll_arrow(timeout_ms=timeout_ms)
+        seen.update(table.column("order_id").to_pylist())
+        for row in table.group_by("member").aggregate([("order_id", "count")]).to_pylist():
+            members[row["member"]] = members.get(row["member"], 0) + row["order_id_count"]
+
+    def show(statuses) -> None:
+        for i, status in enumerate(statuses):
+            owned = " ".join(f"orders-{tp.partition}" for tp in status.get("assignment", []))
+            print(f"    member {i}: {owned or '(idle)'}")
+
+    while sum(len(s.get("assignment", [])) for s in group.status()) < partitions:
+        time.sleep(0.2)
+    show(group.status())
+    while len(seen) < expected // 3 and time.perf_counter() - started < 120:
+        read(500)
+    victim = group.members[0]
+    print(f"    {len(seen):,} orders processed; killing member 0 (ray.kill, as a crash)")
+    killed = time.perf_counter()
+    ray.kill(victim, no_restart=False)
+    while len(seen) < expected and time.perf_counter() - started < 180:
+        read(500)
+    print(
+        f"    all {len(seen):,} orders processed {time.perf_counter() - killed:.1f} s after "
+        "the kill; Ray restarted the member and the group rebalanced:"
+    )
+    show(group.status())
+    group.stop()
+    reader.close()
+    print("    orders forwarded per member process (duplicates from the crash included):")
+    for name, count in sorted(members.items()):
+        print(f"      {name}: {count:,}")
+    seconds = time.perf_counter() - started
+    print(f"    {len(seen):,} distinct orders in {seconds:.1f} s")
+    return seen
 
 
 def _kill_leader(cluster, admin, failover: dict[str, float]) -> threading.Thread:
