@@ -140,10 +140,12 @@ class ConsumerGroup:
                 )
             removed = self._members[members:]
             del self._members[members:]
-        if removed:
-            ray.get([m.stop.remote() for m in removed])
-            for member in removed:
-                ray.kill(member, no_restart=True)
+        for member, stopping in [(m, m.stop.remote()) for m in removed]:
+            try:
+                ray.get(stopping, timeout=60)
+            except ray.exceptions.RayError as error:  # crashed or restarting: just kill it
+                logger.info("group %s: member did not stop cleanly: %s", self.group_id, error)
+            ray.kill(member, no_restart=True)
 
     def status(self) -> list[dict[str, Any]]:
         """Each member's status (processed, batches, failures, last_error, assignment);
