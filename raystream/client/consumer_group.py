@@ -26,7 +26,9 @@ import ray
 
 from raystream.actors.member import ARROW, RECORDS, GroupMemberActor
 from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.client.consumer import Consumer
 from raystream.errors import GroupIdNotFoundError, InvalidRequestError, RaystreamError
+from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -163,11 +165,23 @@ class ConsumerGroup:
         return sum(s.get("processed", 0) for s in self.status())
 
     def lag(self) -> int:
-        """The group's total lag (high watermarks minus committed offsets)."""
+        """Records of the topics the group has still to process: per partition, the high
+        watermark minus the committed offset, or minus the log start where nothing is
+        committed yet (members start at the earliest offset by default)."""
         try:
-            return sum(self.cluster.admin().describe_group(self.group_id).lag.values())
+            committed = self.cluster.admin().describe_group(self.group_id).offsets
         except GroupIdNotFoundError:
-            return 0
+            committed = {}
+        tps = [
+            TopicPartition(topic, p.partition)
+            for topic in self.topics
+            for p in self.cluster.topic_metadata(topic, refresh=True).partitions
+        ]
+        with Consumer(cluster=self.cluster, enable_auto_commit=False) as consumer:
+            ends = consumer.end_offsets(tps)
+            earliest = self._consumer_config.get("auto_offset_reset", "earliest") == "earliest"
+            starts = consumer.beginning_offsets(tps) if earliest else ends
+        return sum(max(ends[tp] - committed.get(tp, starts[tp]), 0) for tp in tps)
 
     def stop(self) -> None:
         """Stop every member (each commits and leaves) and the autoscaler; idempotent."""

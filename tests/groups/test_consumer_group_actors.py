@@ -128,3 +128,30 @@ def test_bad_arguments_are_named(shared_cluster, make_topic):
         ConsumerGroup(shared_cluster, topic, "g", print, members=-1)
     with pytest.raises(InvalidRequestError, match="fn must be callable"):
         ConsumerGroup(shared_cluster, topic, "g", 42)
+
+
+@pytest.mark.slow
+def test_autoscaling_follows_the_lag_between_its_bounds(shared_cluster, make_topic):
+    topic = make_topic(partitions=3)
+    produce(shared_cluster, topic, 0, 3000)
+
+    def slow(table: Any) -> None:
+        time.sleep(0.05 * table.num_rows / 100)
+
+    group = ConsumerGroup(
+        shared_cluster,
+        topic,
+        "autoscaled",
+        slow,
+        members=1,
+        consumer_config={**FAST, "max_poll_records": 100},
+        autoscale=(1, 3),
+        lag_per_member=500,
+        autoscale_interval_s=1.0,
+    )
+    try:
+        wait_for(lambda: len(group.members) == 3, what="scaling up to the maximum on lag")
+        wait_for(lambda: group.lag() == 0, timeout_s=120, what="the backlog processed")
+        wait_for(lambda: len(group.members) == 1, what="scaling back down to the minimum")
+    finally:
+        group.stop()
