@@ -179,7 +179,7 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
-        self._snapshot_offset = -1
+        self._dirty = False
 
     # ---------------------------------------------------------------- rules
 
@@ -245,6 +245,7 @@ class ProducerStateManager:
             return  # an older epoch's batch in a replicated log: nothing to learn
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self._dirty = True
 
     def apply(self, header: BatchHeader) -> None:
         """Take in a stored batch from its header (copied batches, rebuilding)."""
@@ -270,11 +271,16 @@ class ProducerStateManager:
 
     @property
     def needs_snapshot(self) -> bool:
-        """Whether the state moved since the last snapshot (taken or loaded)."""
-        return self.directory is not None and self.map_end_offset != self._snapshot_offset
+        """Whether a producer's state changed since the last snapshot was made or loaded.
+
+        Batches without a producer id change nothing worth a snapshot: replaying their
+        headers after the last one is cheap.
+        """
+        return self.directory is not None and self._dirty
 
     def snapshot_text(self) -> tuple[int, str]:
-        """(offset, file text) of a snapshot of the current state."""
+        """(offset, file text) of a snapshot of the current state; clears the change flag."""
+        self._dirty = False
         body = json.dumps(
             {
                 "version": SNAPSHOT_VERSION,
@@ -292,7 +298,6 @@ class ProducerStateManager:
         """
         assert self.directory is not None
         write_atomically(os.path.join(self.directory, snapshot_file_name(offset)), text)
-        self._snapshot_offset = offset
         for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
             _remove(os.path.join(self.directory, snapshot_file_name(old)))
 
@@ -321,7 +326,7 @@ class ProducerStateManager:
         which :meth:`apply_all` brings the state up to date.
         """
         self.producers = {}
-        self._snapshot_offset = -1
+        self._dirty = False
         for offset in reversed(self.snapshot_offsets()):
             path = os.path.join(self.directory or "", snapshot_file_name(offset))
             if offset > log_end_offset:
@@ -333,7 +338,6 @@ class ProducerStateManager:
                 continue
             self.producers = producers
             self.map_end_offset = max(offset, log_start_offset)
-            self._snapshot_offset = offset if offset >= log_start_offset else -1
             return self.map_end_offset
         self.map_end_offset = log_start_offset
         return log_start_offset
@@ -342,7 +346,7 @@ class ProducerStateManager:
         """Forget every producer and snapshot (the log restarts empty at ``offset``)."""
         self.producers = {}
         self.map_end_offset = offset
-        self._snapshot_offset = -1
+        self._dirty = False
         for old in self.snapshot_offsets():
             _remove(os.path.join(self.directory or "", snapshot_file_name(old)))
 
