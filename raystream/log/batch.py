@@ -134,12 +134,13 @@ def parse_header(buffer: object, position: int, limit: int, where: str) -> Batch
     return header
 
 
-def stored_headers(buffer: pa.Buffer) -> Iterator[BatchHeader]:
-    """The headers of the stored batches laid end to end in ``buffer`` (copied data).
+def stored_headers(data: pa.Buffer | bytes) -> Iterator[BatchHeader]:
+    """The headers of the stored batches laid end to end in ``data`` (copied data).
 
     Raises:
         CorruptRecordError: a header is malformed.
     """
+    buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
     position = 0
     size = buffer.size
     while position < size:
