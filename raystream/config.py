@@ -166,8 +166,12 @@ class ProducerConfig(KafkaConfig):
         linger_ms: how long a batch waits for more records before it is sent.
         batch_size: bytes of records that make a batch full (sent without lingering).
         compression_type: None, "lz4" or "zstd"; the leader stores each batch with it.
-        enable_idempotence: accepted; sequence numbers are not implemented yet, so a
-            retried batch may be written twice.
+        enable_idempotence: the producer gets a producer id and numbers its records
+            per partition, so the leader writes each batch once whatever the retries
+            and keeps up to ``max_in_flight_requests_per_connection`` (<= 5) calls per
+            partition in order. Applies with acks 1 and "all" (acks=0 has no answers
+            to sequence by); off, a partition has one call in flight and a retry may
+            write twice.
         transactional_id: must be None (transactions are not supported yet).
         retries: how many times a batch is resent after a retriable error.
         delivery_timeout_ms: upper bound from ``send()`` to success or failure,
@@ -176,9 +180,9 @@ class ProducerConfig(KafkaConfig):
         max_request_size: bytes one request (and so one record) may have at most.
         partitioner: None (Kafka's default) or a kafka-python style callable.
         key_serializer, value_serializer: callables applied in ``send()``.
-        max_in_flight_requests_per_connection: unanswered requests per partition;
-            the producer currently keeps one per partition whatever this says, since
-            the leader does not order pipelined appends by sequence number yet.
+        max_in_flight_requests_per_connection: unanswered produce calls per partition
+            with idempotence (at most 5, as in Kafka); without it one, whatever this
+            says, since the leader could append pipelined calls in any order.
         retry_backoff_ms: pause before a retry (after a metadata refresh).
         buffer_memory: bytes of unsent records before ``send()`` blocks.
         max_block_ms: how long ``send()`` blocks for buffer space before it fails.
@@ -232,6 +236,13 @@ class ProducerConfig(KafkaConfig):
             "enable_idempotence",
             self.enable_idempotence,
             "expected true or false",
+        )
+        require(
+            not self.enable_idempotence or self.max_in_flight_requests_per_connection <= 5,
+            owner,
+            "max_in_flight_requests_per_connection",
+            self.max_in_flight_requests_per_connection,
+            "must be <= 5 with enable_idempotence (the leader remembers 5 batches per producer)",
         )
         require(
             self.compression_type in COMPRESSION_TYPES,

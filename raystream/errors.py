@@ -33,6 +33,7 @@ exception here.
     ├── InvalidConfigError                  (40)
     ├── InvalidRequestError                 (42: a bad argument)
     ├── OutOfOrderSequenceError             (45)
+    ├── InvalidProducerEpochError           (47: an older epoch of the producer)
     ├── InvalidTxnStateError                (48)
     ├── FencedLeaderEpochError              (74, retriable: a stale leader or ISR change)
     ├── NonEmptyGroupError                  (68: the group still has active members)
@@ -209,9 +210,25 @@ class InvalidRequestError(RaystreamError):
 
 
 class OutOfOrderSequenceError(RaystreamError):
-    """An idempotent producer's sequence number left a gap."""
+    """An idempotent producer's batch does not follow the last one the leader has.
+
+    Either a gap (an earlier batch never arrived within the leader's wait) or a
+    sequence behind the window of batches the leader remembers. The sender retries it
+    while an earlier batch of the partition is being retried; otherwise it is fatal
+    for the records concerned (the leader lost batches it had acknowledged).
+    """
 
     code = 45
+
+
+class InvalidProducerEpochError(RaystreamError):
+    """A batch carries an older epoch of its producer id than the leader has seen.
+
+    The producer was superseded (re-initialized with a newer epoch); its writes are
+    refused so that a zombie cannot interleave with its successor.
+    """
+
+    code = 47
 
 
 class InvalidTxnStateError(RaystreamError):
@@ -290,6 +307,7 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         InvalidConfigError,
         InvalidRequestError,
         OutOfOrderSequenceError,
+        InvalidProducerEpochError,
         InvalidTxnStateError,
         NonEmptyGroupError,
         GroupIdNotFoundError,

@@ -4,7 +4,8 @@ One per namespace, detached and named, restarted by Ray when it dies. It keeps e
 topic's state (:class:`~raystream.controller.metadata.TopicState`) in a compacted
 metadata log on its node's disk, so a restarted controller (or ``raystream up`` after
 ``raystream down``) finds every topic again, and it finds or re-creates each replica
-actor, which recovers its own log from disk.
+actor, which recovers its own log from disk. The same log holds the end of the
+reserved block of producer ids, so ids handed to idempotent producers never repeat.
 
 The controller is off the data path: clients cache the leaders' handles it hands out
 and talk to replicas directly, so produce and fetch continue while it restarts.
@@ -35,6 +36,7 @@ from raystream.controller.metadata import (
     validate_topic_name,
 )
 from raystream.controller.placement import is_spread, place_replicas
+from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
     FencedLeaderEpochError,
     InvalidConfigError,
@@ -54,6 +56,8 @@ from raystream.types import PartitionDescription, TopicDescription
 logger = logging.getLogger(__name__)
 
 METADATA_DIR = "__cluster_metadata-0"
+PRODUCER_ID_BLOCK_KEY = b"@producer-id-block"
+"""Metadata-log key of the reserved producer-id block end ('@' is in no topic name)."""
 REPLICA_READY_TIMEOUT_S = 120
 MONITOR_INTERVAL_S = 0.5
 PING_TIMEOUT_S = 1.0
@@ -90,7 +94,8 @@ class Controller:
             os.path.join(self.broker.data_dir, METADATA_DIR),
             LogConfig(cleanup_policy="compact", segment_bytes=16 << 20),
         )
-        self.topics: dict[str, TopicState] = self._replay()
+        self.topics, producer_id_end = self._replay()
+        self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.partitions))))
@@ -102,8 +107,10 @@ class Controller:
 
     # --------------------------------------------------------------- metadata log
 
-    def _replay(self) -> dict[str, TopicState]:
+    def _replay(self) -> tuple[dict[str, TopicState], int]:
+        """Rebuild the topics and the reserved producer-id block end from the log."""
         topics: dict[str, TopicState] = {}
+        producer_id_end = 0
         offset = self._log.log_start_offset
         while offset < self._log.log_end_offset:
             table = self._log.read(offset, max_bytes=64 << 20)
@@ -112,26 +119,47 @@ class Controller:
             for key, value in zip(
                 table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
             ):
+                if key == PRODUCER_ID_BLOCK_KEY:
+                    producer_id_end = int(value)
+                    continue
                 name = key.decode()
                 if value is None:
                     topics.pop(name, None)
                 else:
                     topics[name] = TopicState.from_json(value.decode())
             offset = table.column("offset")[-1].as_py() + 1
-        return topics
+        return topics, producer_id_end
 
     def _persist(self, name: str, topic: TopicState | None) -> None:
         """Durably record a topic's new state (None: deleted) before acting on it."""
-        value = None if topic is None else topic.to_json().encode()
+        self._persist_record(name.encode(), None if topic is None else topic.to_json().encode())
+
+    def _persist_record(self, key: bytes, value: bytes | None) -> None:
         batch = pa.record_batch(
             {
-                "key": pa.array([name.encode()], pa.binary()),
+                "key": pa.array([key], pa.binary()),
                 "value": pa.array([value], pa.binary()),
                 "timestamp": pa.array([int(time.time() * 1000)], pa.int64()),
             }
         )
         self._log.append(batch)
         self._log.flush()
+
+    def init_producer_id(self) -> Result:
+        """A new producer id (epoch 0) for an idempotent producer; ids never repeat.
+
+        Answers ``(producer_id, producer_epoch)``. A transaction coordinator will get
+        its ids here too and keep the epochs of transactional ids itself.
+        """
+        try:
+            with self._lock:
+                end = self._producer_ids.block_to_reserve()
+                if end is not None:
+                    self._persist_record(PRODUCER_ID_BLOCK_KEY, str(end).encode())
+                    self._producer_ids.reserved(end)
+                return Result(value=(self._producer_ids.next_id(), 0))
+        except Exception as error:
+            return failure(error)
 
     # ------------------------------------------------------------------ replicas
 

@@ -10,7 +10,15 @@ follower of its partition, as the controller says:
 - a **follower** truncates a divergent suffix (by leader epoch) and then copies the
   leader's log with long-polling fetches of raw batches, offsets and epochs intact.
 
-A replica restarted by Ray recovers its log from disk and asks the controller for its
+Every replica also keeps the partition's idempotent-producer state
+(:class:`~raystream.log.producer_state.ProducerStateManager`): the leader checks each
+batch's producer id, epoch and sequence against it before appending (a duplicate is
+answered with its original offsets, a gap waits for its predecessor, see
+:meth:`PartitionReplica._check_sequence`), and a follower feeds it the headers of the
+batches it copies, so a new leader knows every producer from its first request.
+
+A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
+the newest snapshot and the batch headers after it, and asks the controller for its
 role before it serves anything. Every method answers with an error code instead of
 raising, so bad input never kills the actor or touches the log.
 """
@@ -40,7 +48,16 @@ from raystream.errors import (
     RaystreamTimeoutError,
 )
 from raystream.log import Log, LogConfig
+from raystream.log.batch import stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
+from raystream.log.producer_state import (
+    NO_PRODUCER_ID,
+    SEQUENCE_LIMIT,
+    AppendCheck,
+    ProducerStateManager,
+    Verdict,
+    next_sequence,
+)
 from raystream.protocol import (
     CONTROLLER_NAME,
     EARLIEST_TIMESTAMP,
@@ -65,6 +82,10 @@ ROLE_FOLLOWER = "follower"
 ROLE_PENDING = "pending"
 REPLICA_FETCH_MAX_BYTES = 8 << 20
 REPLICA_FETCH_WAIT_MS = 500
+SEQUENCE_WAIT_MS = 1000
+"""How long the leader holds a batch whose sequence is ahead of the next expected one,
+waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
 def replica_directory(data_dir: str, topic: str, partition: int, replica_id: int) -> str:
@@ -130,6 +151,9 @@ class PartitionReplica:
             self.log.log_end_offset,
         )
         self._checkpointed_high_watermark = self.high_watermark
+        self.producers = ProducerStateManager(self.directory)
+        self._rebuild_producer_state()
+        self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
         self._empty = empty_fetch(record_schema)
         self._committed: asyncio.Event | None = None
@@ -225,12 +249,21 @@ class PartitionReplica:
         acks: int | str = 1,
         timeout_ms: int = 30_000,
         compression: str | None = None,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
     ) -> ProduceResponse:
         """Append one batch as leader; answer with its base offset.
 
         ``acks=0`` and ``acks=1`` answer after the leader's append; ``acks="all"``
         answers once every ISR member has the batch, and is refused with
         NotEnoughReplicas while the ISR is smaller than ``min.insync.replicas``.
+
+        An idempotent producer passes its ``producer_id``, ``producer_epoch`` and the
+        batch's ``base_sequence`` (its records take the sequences from there on): a
+        batch already written is not written again and is answered with its original
+        base offset; a batch ahead of its producer's next sequence waits for its
+        predecessor (see :meth:`_check_sequence`).
         """
         self._start()
         try:
@@ -247,17 +280,42 @@ class PartitionReplica:
                     f"batch schema does not match topic {self.topic!r}: expected "
                     f"{self.record_schema}, got {batch.schema}"
                 )
+            _check_producer_fields(producer_id, producer_epoch, base_sequence)
             if required == -1 and len(self.isr) < self.config.min_insync_replicas:
                 raise NotEnoughReplicasError(
                     f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas "
                     f"{self.isr}, fewer than min.insync.replicas="
                     f"{self.config.min_insync_replicas}"
                 )
-            base, last = self.log.append(
-                batch, partition_leader_epoch=self.leader_epoch, compression=compression
-            )
-            self._notify_appended()
-            self._update_high_watermark()
+            check = None
+            if producer_id != NO_PRODUCER_ID and batch.num_rows:
+                check = await self._check_sequence(
+                    producer_id, producer_epoch, base_sequence, batch.num_rows, timeout_ms
+                )
+            if check is not None and check.verdict is Verdict.DUPLICATE:
+                base, last = check.first_offset, check.last_offset
+            else:  # no await since the check: nothing else appended meanwhile
+                base, last = self.log.append(
+                    batch,
+                    partition_leader_epoch=self.leader_epoch,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    base_sequence=base_sequence,
+                    compression=compression,
+                )
+                self.producers.append(
+                    producer_id,
+                    producer_epoch,
+                    base_sequence,
+                    next_sequence(base_sequence, last - base),
+                    base,
+                    last,
+                    _now_ms(),
+                )
+                if producer_id != NO_PRODUCER_ID:
+                    self._notify_sequenced()
+                self._notify_appended()
+                self._update_high_watermark()
             if required == -1:
                 await self._await_commit(last + 1, timeout_ms)
             append_time = _now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
@@ -268,6 +326,51 @@ class PartitionReplica:
             )
         except Exception as error:  # answered, never raised across the boundary
             return failure(error, ProduceResponse)
+
+    async def _check_sequence(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        count: int,
+        timeout_ms: int,
+    ) -> AppendCheck:
+        """Decide about an idempotent batch, waiting for a missing predecessor.
+
+        Why wait: a producer keeps up to five produce calls in flight per partition,
+        and Ray runs an async actor's calls in whatever order they arrive, so batch
+        n + 1 may reach the leader before batch n. Rather than refuse it at once (the
+        producer would resend it, and everything behind it, on every reordering) the
+        leader parks it until its predecessor is appended, or until
+        :data:`SEQUENCE_WAIT_MS` (at most the request's timeout) has passed; then it
+        is refused with OutOfOrderSequenceError and the producer resends it after
+        the predecessor it retries. Ordering on the client instead (one call in
+        flight) would cost a round trip per batch; a per-producer sequencing queue on
+        the leader is what this is, kept in the producer state itself.
+
+        Waiting is cheap: a parked call is a coroutine waiting on an event that every
+        idempotent append (and every role change) sets. When the check finally says
+        append, the caller appends without awaiting in between, so no other batch of
+        the producer can slip in.
+
+        Raises:
+            OutOfOrderSequenceError: still a gap after the wait, or behind the window.
+            InvalidProducerEpochError: the producer's epoch is older than one seen.
+            NotLeaderError: leadership was lost while waiting.
+        """
+        last_sequence = next_sequence(base_sequence, count - 1)
+        deadline = time.monotonic() + min(SEQUENCE_WAIT_MS, timeout_ms) / 1000
+        while True:
+            check = self.producers.check(producer_id, producer_epoch, base_sequence, last_sequence)
+            remaining = deadline - time.monotonic()
+            if not check.waits or remaining <= 0:
+                break
+            await self._wait(self._sequenced_event(), remaining)
+            self._require_leader()
+        error = check.error()
+        if error is not None:
+            raise error
+        return check
 
     async def _await_commit(self, offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark reaches ``offset`` (the ISR has the batch)."""
@@ -315,8 +418,18 @@ class PartitionReplica:
             self._appended = asyncio.Event()
         return self._appended
 
+    def _sequenced_event(self) -> asyncio.Event:
+        if self._sequenced is None:
+            self._sequenced = asyncio.Event()
+        return self._sequenced
+
+    def _notify_sequenced(self) -> None:
+        if self._sequenced is not None:
+            self._sequenced.set()
+            self._sequenced = None
+
     def _wake(self) -> None:
-        for name in ("_committed", "_appended"):
+        for name in ("_committed", "_appended", "_sequenced"):
             event = getattr(self, name)
             if event is not None:
                 event.set()
@@ -562,9 +675,11 @@ class PartitionReplica:
                 value = answer.value
                 if self.log.log_end_offset < value["log_start_offset"]:
                     self.log.truncate_fully_and_start_at(value["log_start_offset"])
+                    self.producers.clear(value["log_start_offset"])
                     continue
                 for chunk in value["data"]:
                     await asyncio.to_thread(self.log.append_raw, chunk)
+                    self.producers.apply_all(stored_headers(chunk))
                 self._set_high_watermark(value["high_watermark"])
                 backoff = 0.05
             except asyncio.CancelledError:
@@ -595,6 +710,20 @@ class PartitionReplica:
                 target,
             )
             self.log.truncate_to(target)
+            self._rebuild_producer_state()
+
+    def _rebuild_producer_state(self) -> None:
+        """Producer state from the newest usable snapshot plus the batch headers after it."""
+        start = self.producers.load(self.log.log_start_offset, self.log.log_end_offset)
+        self.producers.apply_all(
+            header for header in self.log.batch_headers(start) if header.next_offset > start
+        )
+
+    async def _snapshot_producer_state(self) -> None:
+        """Snapshot the producer state if it moved (the file is written off the loop)."""
+        if self.producers.needs_snapshot:
+            offset, text = self.producers.snapshot_text()
+            await asyncio.to_thread(self.producers.write_snapshot, offset, text)
 
     # -------------------------------------------------------------- management
 
@@ -651,6 +780,7 @@ class PartitionReplica:
         self._stop_all()
         self._checkpoint_high_watermark()
         self.log.close()
+        self.producers.take_snapshot()
         return Result()
 
     async def delete(self) -> Result:
@@ -690,6 +820,7 @@ class PartitionReplica:
             try:
                 self.log.maybe_flush()
                 self._checkpoint_high_watermark()
+                await self._snapshot_producer_state()
                 if self.role == ROLE_LEADER:
                     await self._check_isr_lag()
                 if time.monotonic() >= next_retention:
@@ -697,6 +828,22 @@ class PartitionReplica:
                     await asyncio.to_thread(self._housekeep)
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
+
+
+def _check_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    """Refuse malformed idempotence fields (InvalidRequestError naming the value)."""
+    for name, value, low, high in (
+        ("producer_id", producer_id, NO_PRODUCER_ID, (1 << 63) - 1),
+        ("producer_epoch", producer_epoch, -1, MAX_PRODUCER_EPOCH),
+        ("base_sequence", base_sequence, -1, SEQUENCE_LIMIT - 1),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise InvalidRequestError(f"{name}={value!r} must be an integer in [{low}, {high}]")
+    if producer_id != NO_PRODUCER_ID and (producer_epoch < 0 or base_sequence < 0):
+        raise InvalidRequestError(
+            f"producer {producer_id} needs an epoch and a base sequence >= 0, not "
+            f"{producer_epoch} and {base_sequence}"
+        )
 
 
 ReplicaActor = ray.remote(PartitionReplica)

@@ -5,8 +5,8 @@
 lock: no Arrow work, no hashing) and returns a
 :class:`~raystream.client.results.FutureRecordMetadata`. The
 :class:`~raystream.client.sender.Sender` thread turns buffered records into one Arrow
-batch per partition and sends it to the partition's leader (one call in flight per
-partition, so order holds; batches queued meanwhile share the next call).
+batch per partition and sends it to the partition's leader (up to five calls in flight
+per partition with idempotence, one without; batches queued meanwhile share a call).
 ``send_batch()`` is the bulk path: a whole Arrow table is partitioned with numpy and
 sent as a few large requests, with no per-row Python.
 
@@ -15,9 +15,12 @@ record goes to ``murmur2(key) % partitions``, hashed at drain time for the whole
 at once; keyless records stick to one partition per batch (KIP-480). A custom
 ``partitioner`` is called per record in ``send()``, as in kafka-python.
 
-Delivery: at least once. Retriable errors are retried after a metadata refresh until
-``delivery_timeout_ms``; ``enable_idempotence`` is accepted but sequence numbers are
-not implemented yet, so a retried batch can be written twice. Transactions
+Delivery: retriable errors are retried after a metadata refresh until
+``delivery_timeout_ms``. With ``enable_idempotence`` (the default) every batch carries
+the producer's id, epoch and the partition sequence of its first record, and the
+leader writes it once however often it is retried: no duplicates, per-partition order
+kept (see :mod:`raystream.client.sender`). Without it (or with acks=0) delivery is at
+least once. Transactions
 (``transactional_id`` and the ``*_transaction`` methods) are not supported yet and
 raise :class:`~raystream.errors.UnsupportedError`.
 

@@ -31,27 +31,23 @@ class ProduceRequest:
     The rows are ``batch`` itself, or the rows ``indices`` of it: a request keeps a
     view and builds its compact Arrow payload (:meth:`payload`) only when sent, so a
     large table is copied request by request, not all at once. ``start`` is the
-    request's first row in the partition-sorted order of its chunk; ``seq`` orders the
-    requests of a partition so retries go back in their original place;
-    ``size_bytes`` is an estimate. The sender may send several consecutive requests of
-    a partition in one call.
+    request's first row in the partition-sorted order of its chunk; ``size_bytes`` is
+    an estimate. The sender sends consecutive requests of a partition together, as one
+    batch (one call), and ``prepared`` is its handle on a large payload it shipped to
+    the object store ahead of time.
     """
 
     __slots__ = (
-        "attempts",
         "base_offset",
         "batch",
         "created",
         "error",
         "indices",
-        "last_error",
         "log_append_time",
         "partition",
         "prepared",
         "result",
         "rows",
-        "sent_at",
-        "seq",
         "size_bytes",
         "start",
         "topic",
@@ -77,14 +73,10 @@ class ProduceRequest:
         self.result = result
         self.start = start
         self.created = created
-        self.seq = 0
-        self.attempts = 0
-        self.sent_at = 0.0
-        self.last_error: BaseException | None = None
         self.base_offset = -1
         self.log_append_time = -1
         self.error: BaseException | None = None
-        self.prepared: Any = None  # the sender's handle on a payload already shipped
+        self.prepared: Any = None
 
     def view(self) -> pa.RecordBatch:
         """The request's rows, possibly sharing buffers with a larger batch."""
@@ -110,7 +102,7 @@ class ProduceRequest:
         self.result._request_done()
 
     def __repr__(self) -> str:
-        return f"ProduceRequest({self.topic}-{self.partition}, seq={self.seq}, start={self.start})"
+        return f"ProduceRequest({self.topic}-{self.partition}, rows {self.start}+{self.rows})"
 
 
 class ProduceResult:

@@ -6,34 +6,52 @@ One daemon thread per producer. Each turn of its loop it
    everything during a flush) and turns each into per-partition requests
    (:func:`~raystream.client.accumulator.build_requests`, Arrow work off the caller's
    thread);
-2. issues queued requests, one in flight per partition (see Ordering), as
-   ``leader.produce.remote(batch, acks, request_timeout_ms, compression)``;
+2. issues produce calls, up to the in-flight limit per partition (see Ordering): the
+   requests of a partition queued behind each other go out together as one *batch* (up
+   to ``max_request_size``), as ``leader.produce.remote(records, acks,
+   request_timeout_ms, compression, producer_id, producer_epoch, base_sequence)``;
 3. waits briefly (``ray.wait`` with a short timeout, so new batches are picked up) for
    answers and completes the requests they answer.
+
+A batch is fixed once sent: a retry resends the same rows with the same sequence
+numbers, which is what lets the leader recognise it.
+
+Idempotence (``enable_idempotence``, the default, with acks 1 or "all"): before its
+first call the producer gets a producer id and epoch from the controller, and each
+partition numbers its records from 0; a batch carries the sequence of its first record.
+The leader writes a batch once however often it is retried (a duplicate is answered
+with the original offsets) and appends a partition's batches in sequence order however
+Ray orders the calls (it parks a batch whose predecessor has not arrived yet), so up to
+``max_in_flight_requests_per_connection`` (at most 5) calls are in flight per
+partition and order holds, retries included. With acks=0 there are no answers to
+sequence by, so idempotence does not apply.
+
+Without idempotence, one call is in flight per partition: Ray runs an async actor's
+calls out of order (it forces ``allow_out_of_order_execution`` on async actors, and
+the leader replica is one), so two pipelined calls could append in either order; and a
+retried batch may be written twice (at least once).
 
 Errors: a retriable answer (or a dead leader actor, which becomes the retriable
 :class:`~raystream.errors.BrokerNotAvailableError`) marks the topic's metadata stale,
 refreshes it from the controller, backs the partition off ``retry_backoff_ms`` and puts
-the request back in its place (by sequence number) in the partition's queue, until
-``retries`` or ``delivery_timeout_ms`` (counted from the chunk's first record) runs
-out; then its records fail with the last error, wrapped in RaystreamTimeoutError when
-the time ran out. Any other error fails the request's records at once.
+the batch back in its place (retries go before new batches, in their original order),
+until ``retries`` or ``delivery_timeout_ms`` (counted from the oldest record) runs out;
+then its records fail with the last error, wrapped in RaystreamTimeoutError when the
+time ran out. Any other error fails the batch's records at once. For an idempotent
+producer two more rules, as in Kafka since KIP-360:
 
-Ordering: a partition's requests are issued in sequence order, and only one is in
-flight per partition at a time, so a partition's records land in ``send()`` order,
-retries included. One, not ``max_in_flight_requests_per_connection``: Ray runs an
-async actor's calls out of order (it forces ``allow_out_of_order_execution`` on async
-actors, and the leader replica is one), so two pipelined produce calls can append in
-either order. Pipelining per partition needs the leader to order appends by sequence
-number (the idempotence issue); until then the option is validated and capped at
-:data:`ORDERED_IN_FLIGHT`. Throughput does not suffer much: the requests of a
-partition queued while its call is in flight go together in the next call (up to
-``max_request_size``), so calls get larger exactly when the sender is busy. Sequence
-numbers are also what will stop a request that timed out but was in fact written
-from being written again by its retry; for now delivery is at least once.
+- OutOfOrderSequenceError while an earlier batch of the partition is unanswered or
+  being retried is retriable: the gap is that batch, and the retry follows it. If every
+  earlier batch was acknowledged, the leader lost them (acks=1 or an unclean leader
+  change): the partition's sequence restarts (below) and the batch is resent.
+- A batch that fails for good leaves a gap no later batch can pass. Once none of the
+  partition's calls is in flight (so no copy under the old numbers can still land),
+  the partition bumps its producer epoch and renumbers its remaining batches from 0;
+  the leader accepts a new epoch starting at 0 and fences the old one. (A
+  transactional producer will abort its transaction instead.)
 
-With ``acks=0`` a request's records complete (offset -1) as soon as it is issued; its
-answer is only awaited to bound the requests in flight, and its errors are ignored.
+With ``acks=0`` a batch's records complete (offset -1) as soon as it is issued; its
+answer is only awaited to bound the calls in flight, and its errors are ignored.
 
 The loop never dies of an exception: it logs it, and if the thread must stop it fails
 every record still pending so no caller waits forever.
@@ -61,30 +79,32 @@ from raystream.client.accumulator import (
     TopicInfo,
     build_requests,
 )
-from raystream.client.results import (
-    ProduceRequest,
-)
+from raystream.client.results import ProduceRequest
 from raystream.client.transport import is_dead_actor_error
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
     LeaderNotAvailableError,
+    OutOfOrderSequenceError,
     RaystreamError,
     RaystreamTimeoutError,
 )
+from raystream.log.producer_state import NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.002
 """How long one wait for answers lasts before the loop looks for new batches."""
-ORDERED_IN_FLIGHT = 1
-"""Produce calls in flight per partition: more would let the async leader reorder them."""
+MAX_IDEMPOTENT_IN_FLIGHT = 5
+"""Calls in flight per partition for an idempotent producer: the leader remembers the
+last five batches of a producer, so any unanswered one is recognised when retried."""
 PREPARE_MIN_BYTES = 100 << 10
 """Requests from this size on are put in the object store ahead of their turn (Ray
 passes smaller arguments inline)."""
 EXPIRY_CHECK_S = 0.05
-"""How often queued and in-flight requests are checked against their timeouts."""
+"""How often queued and in-flight batches are checked against their timeouts."""
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
 class TopicCache:
@@ -124,20 +144,125 @@ class TopicCache:
         return info
 
 
+class _Batch:
+    """Consecutive requests of one partition that travel in one produce call.
+
+    Fixed once sent: retries resend the same rows with the same producer epoch and
+    base sequence (changed only when the partition's sequence restarts). ``order``
+    ranks the batches of a partition as they were first sent.
+    """
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "created",
+        "last_error",
+        "order",
+        "partition",
+        "payload",
+        "producer_epoch",
+        "requests",
+        "rows",
+        "sent_at",
+        "topic",
+    )
+
+    def __init__(self, requests: list[ProduceRequest], order: int) -> None:
+        first = requests[0]
+        self.requests = requests
+        self.topic = first.topic
+        self.partition = first.partition
+        self.rows = sum(r.rows for r in requests)
+        self.created = min(r.created for r in requests)
+        self.order = order
+        self.producer_epoch = -1
+        self.base_sequence = -1
+        self.attempts = 0
+        self.sent_at = 0.0
+        self.last_error: BaseException | None = None
+        self.payload: Any = None
+
+    def build(self) -> Any:
+        """The call's records: built (or shipped to the object store) once, kept for retries."""
+        if self.payload is None:
+            if len(self.requests) == 1:
+                self.payload = self.requests[0].prepared or self.requests[0].payload()
+            else:
+                self.payload = pa.concat_batches([r.view() for r in self.requests])
+        return self.payload
+
+    def complete(self, base_offset: int, log_append_time: int = -1) -> None:
+        """Every request succeeded; the rows sit at consecutive offsets from ``base_offset``."""
+        offset = base_offset
+        for request in self.requests:
+            request.complete(offset if base_offset >= 0 else -1, log_append_time)
+            offset += request.rows
+        self.payload = None
+
+    def fail(self, error: BaseException) -> None:
+        """Every request failed with ``error``."""
+        for request in self.requests:
+            if request.batch is not None:  # not completed already (acks=0)
+                request.fail(error)
+        self.payload = None
+
+    def __repr__(self) -> str:
+        return (
+            f"_Batch({self.topic}-{self.partition}, order={self.order}, rows={self.rows}, "
+            f"epoch={self.producer_epoch}, base_sequence={self.base_sequence})"
+        )
+
+
 class _PartitionQueue:
-    """Requests of one partition waiting to be issued, and how many are in flight."""
+    """One partition's requests waiting to be batched, batches to resend, and calls out.
 
-    __slots__ = ("backoff_until", "in_flight", "pending")
+    ``unacked`` holds the idempotent batches sent and not yet acknowledged or failed (in
+    flight or waiting in ``retries``), by order; ``next_sequence`` is the sequence the
+    next new batch starts at, under ``producer_epoch``.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "backoff_until",
+        "in_flight",
+        "next_sequence",
+        "pending",
+        "producer_epoch",
+        "resequence",
+        "retries",
+        "unacked",
+    )
+
+    def __init__(self, producer_epoch: int) -> None:
         self.pending: deque[ProduceRequest] = deque()
+        self.retries: list[_Batch] = []
+        self.unacked: dict[int, _Batch] = {}
         self.in_flight = 0
         self.backoff_until = 0.0
+        self.producer_epoch = producer_epoch
+        self.next_sequence = 0
+        self.resequence = False
 
-    def put_back(self, request: ProduceRequest) -> None:
-        """Re-queue a request for retry in its original place (by sequence number)."""
-        seqs = [r.seq for r in self.pending]
-        self.pending.insert(bisect.bisect_left(seqs, request.seq), request)
+    def put_back(self, batch: _Batch) -> None:
+        """Queue a batch for another attempt, in its original place among the retries."""
+        orders = [b.order for b in self.retries]
+        self.retries.insert(bisect.bisect_left(orders, batch.order), batch)
+
+    def restart_sequence(self) -> bool:
+        """Bump the epoch and renumber the batches to resend from sequence 0.
+
+        Call only with nothing in flight (every unacknowledged batch is in ``retries``).
+        Returns False when the epoch cannot grow any more.
+        """
+        if self.producer_epoch >= MAX_PRODUCER_EPOCH:
+            return False
+        self.producer_epoch += 1
+        self.next_sequence = 0
+        for batch in self.retries:
+            batch.producer_epoch = self.producer_epoch
+            batch.base_sequence = self.next_sequence
+            self.next_sequence = next_sequence(self.next_sequence, batch.rows)
+        self.resequence = False
+        return True
 
 
 class Sender(threading.Thread):
@@ -166,12 +291,20 @@ class Sender(threading.Thread):
         self._config = config
         self._clock = clock
         self._acks = config.acks
-        self._max_in_flight = min(config.max_in_flight_requests_per_connection, ORDERED_IN_FLIGHT)
+        self.idempotent = config.enable_idempotence and config.acks != 0
+        self._max_in_flight = (
+            min(config.max_in_flight_requests_per_connection, MAX_IDEMPOTENT_IN_FLIGHT)
+            if self.idempotent
+            else 1
+        )
+        self.producer_id = NO_PRODUCER_ID
+        self._producer_epoch = -1
+        self._next_id_attempt = 0.0
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._in_flight: dict[Any, list[ProduceRequest]] = {}
+        self._in_flight: dict[Any, _Batch] = {}
         self._request_budget = config.max_request_size * REQUEST_FILL
-        self._queued = 0
-        self._seq = itertools.count()
+        self._queued = 0  # requests pending plus batches waiting for a retry
+        self._order = itertools.count()
         self._stale: set[str] = set()
         self._next_refresh: dict[str, float] = {}
         self._next_expiry_check = 0.0
@@ -216,7 +349,7 @@ class Sender(threading.Thread):
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + EXPIRY_CHECK_S
-        if self._queued:
+        if self._queued and self._has_producer_id(now):
             self._issue(now)
         wait_s = self._next_backoff(now)
         if self._in_flight:
@@ -226,6 +359,28 @@ class Sender(threading.Thread):
                 wait_s = POLL_S
             accumulator.wait_for_work(wait_s)
         return False
+
+    def _has_producer_id(self, now: float) -> bool:
+        """Whether batches may go out: not idempotent, or the producer id is known.
+
+        The id is asked from the controller once, before the first call; a failure
+        (the controller restarting) is retried after ``retry_backoff_ms`` while the
+        records wait (up to their delivery timeout).
+        """
+        if not self.idempotent or self.producer_id != NO_PRODUCER_ID:
+            return True
+        if now < self._next_id_attempt:
+            return False
+        try:
+            timeout_s = self._config.request_timeout_ms / 1000
+            self.producer_id, self._producer_epoch = self._topics.cluster.call(
+                "init_producer_id", timeout_s=timeout_s
+            )
+            return True
+        except Exception as error:
+            logger.info("no producer id yet (%s); retrying", error)
+            self._next_id_attempt = now + self._config.retry_backoff_ms / 1000
+            return False
 
     # ------------------------------------------------------------------ queueing
 
@@ -242,47 +397,51 @@ class Sender(threading.Thread):
                 item.result.fail_all(_as_raystream_error(error))
                 return
         for request in requests:
-            request.seq = next(self._seq)
-            key = (request.topic, request.partition)
-            queue = self._queues.get(key)
-            if queue is None:
-                queue = self._queues[key] = _PartitionQueue()
-            queue.pending.append(request)
+            self._queue(request.topic, request.partition).pending.append(request)
         self._queued += len(requests)
+
+    def _queue(self, topic: str, partition: int) -> _PartitionQueue:
+        key = (topic, partition)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _PartitionQueue(self._producer_epoch)
+        return queue
 
     def _issue(self, now: float) -> None:
         for (topic, partition), queue in self._queues.items():
-            if not queue.pending or now < queue.backoff_until:
+            if not (queue.pending or queue.retries) or now < queue.backoff_until:
                 continue
+            if queue.resequence:
+                if queue.in_flight:
+                    continue  # wait until no call under the old numbers can land
+                if not queue.restart_sequence():
+                    self._fail_partition(queue, topic, partition)
+                    continue
             info = self._topics.cached(topic)
             leader = (
                 info.leaders[partition]
                 if info is not None and partition < len(info.leaders)
                 else None
             )
-            while queue.pending and queue.in_flight < self._max_in_flight:
-                group = self._take_group(queue)
-                for request in group:
-                    request.attempts += 1
-                    request.sent_at = now
+            while (queue.pending or queue.retries) and queue.in_flight < self._max_in_flight:
+                batch = self._next_batch(queue)
+                batch.attempts += 1
+                batch.sent_at = now
                 if leader is None:
                     error = LeaderNotAvailableError(
                         f"partition {partition} of topic {topic!r} has no leader"
                     )
-                    for request in group:
-                        self._retry_or_fail(request, error, now)
+                    self._retry_or_fail(batch, error, now)
                     break
                 try:
-                    ref = self._produce(leader, group)
+                    ref = self._produce(leader, batch)
                 except Exception as error:
-                    for request in group:
-                        self._retry_or_fail(request, _ray_error(error, request), now)
+                    self._retry_or_fail(batch, _ray_error(error, batch), now)
                     break
-                self._in_flight[ref] = group
+                self._in_flight[ref] = batch
                 queue.in_flight += 1
                 if self._acks == 0:
-                    for request in group:
-                        request.complete(-1)
+                    batch.complete(-1)
             if queue.pending and queue.in_flight >= self._max_in_flight:
                 self._prepare(queue.pending[0])
 
@@ -297,12 +456,16 @@ class Sender(threading.Thread):
         if request.prepared is None and request.size_bytes >= PREPARE_MIN_BYTES:
             request.prepared = ray.put(request.payload())
 
-    def _take_group(self, queue: _PartitionQueue) -> list[ProduceRequest]:
-        """The next request, with the ones queued behind it that fit in the same call.
+    def _next_batch(self, queue: _PartitionQueue) -> _Batch:
+        """The batch to send next: the first one to retry, else a new one.
 
-        Chunks drained while a partition's call was in flight are sent together, so
-        calls grow (up to ``max_request_size``) when the sender falls behind.
+        A new batch takes the next request with the ones queued behind it that fit in
+        the same call, so calls grow (up to ``max_request_size``) when the sender falls
+        behind; an idempotent one gets the partition's next sequence.
         """
+        self._queued -= 1
+        if queue.retries:
+            return queue.retries.pop(0)
         first = queue.pending.popleft()
         group = [first]
         size = first.size_bytes
@@ -315,26 +478,36 @@ class Sender(threading.Thread):
             request = queue.pending.popleft()
             group.append(request)
             size += request.size_bytes
-        self._queued -= len(group)
-        return group
+        self._queued -= len(group) - 1
+        batch = _Batch(group, next(self._order))
+        if self.idempotent:
+            if queue.producer_epoch < 0:  # queued before the producer id was known
+                queue.producer_epoch = self._producer_epoch
+            batch.producer_epoch = queue.producer_epoch
+            batch.base_sequence = queue.next_sequence
+            queue.next_sequence = next_sequence(queue.next_sequence, batch.rows)
+            queue.unacked[batch.order] = batch
+        return batch
 
-    def _produce(self, leader: Any, group: list[ProduceRequest]) -> Any:
-        # Compact payloads built now, not when queued: one request's worth of memory
-        # at a time (the allocator reuses it) instead of a copy of everything queued.
-        if len(group) == 1:
-            batch = group[0].prepared or group[0].payload()
-        else:
-            batch = pa.concat_batches([r.view() for r in group])
+    def _produce(self, leader: Any, batch: _Batch) -> Any:
         config = self._config
         return leader.produce.remote(
-            batch, self._acks, config.request_timeout_ms, config.compression_type
+            batch.build(),
+            self._acks,
+            config.request_timeout_ms,
+            config.compression_type,
+            self.producer_id if self.idempotent else NO_PRODUCER_ID,
+            batch.producer_epoch,
+            batch.base_sequence,
         )
 
     def _next_backoff(self, now: float) -> float | None:
         waits = [
             q.backoff_until - now
             for q in self._queues.values()
-            if q.pending and q.backoff_until > now and q.in_flight < self._max_in_flight
+            if (q.pending or q.retries)
+            and q.backoff_until > now
+            and q.in_flight < self._max_in_flight
         ]
         return max(min(waits), 0.0) if waits else None
 
@@ -349,47 +522,70 @@ class Sender(threading.Thread):
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         now = self._clock()
         for ref in ready:
-            group = self._in_flight.pop(ref, None)
-            if group is None:
+            batch = self._in_flight.pop(ref, None)
+            if batch is None:
                 continue
-            self._queues[(group[0].topic, group[0].partition)].in_flight -= 1
+            queue = self._queues[(batch.topic, batch.partition)]
+            queue.in_flight -= 1
             if self._acks == 0:  # completed when issued; errors are not reported
                 continue
             try:
                 response = ray.get(ref, timeout=0)
             except Exception as error:
-                for request in group:
-                    self._retry_or_fail(request, _ray_error(error, request), now)
+                self._retry_or_fail(batch, _ray_error(error, batch), now)
                 continue
             if response.error_code == NONE:
-                offset = response.base_offset
-                for request in group:
-                    request.complete(offset, response.log_append_time)
-                    offset += request.rows
+                queue.unacked.pop(batch.order, None)
+                batch.complete(response.base_offset, response.log_append_time)
             else:
-                error = response.error()
-                for request in group:
-                    self._retry_or_fail(request, error, now)
+                self._retry_or_fail(batch, response.error(), now)
 
-    def _retry_or_fail(self, request: ProduceRequest, error: BaseException, now: float) -> None:
+    def _retry_or_fail(self, batch: _Batch, error: BaseException, now: float) -> None:
         config = self._config
-        if not getattr(error, "retriable", False):
-            request.fail(error)
+        queue = self._queues[(batch.topic, batch.partition)]
+        retriable = getattr(error, "retriable", False)
+        if isinstance(error, OutOfOrderSequenceError) and batch.order in queue.unacked:
+            retriable = True
+            if all(order >= batch.order for order in queue.unacked):
+                queue.resequence = True  # the leader lost acknowledged batches
+        if not retriable:
+            self._fail_batch(batch, error)
             return
-        request.last_error = error
-        if now - request.created >= config.delivery_timeout_ms / 1000:
-            request.fail(_expired(request, config.delivery_timeout_ms))
+        batch.last_error = error
+        if now - batch.created >= config.delivery_timeout_ms / 1000:
+            self._fail_batch(batch, _expired(batch, config.delivery_timeout_ms))
             return
-        if request.attempts > config.retries:
-            request.fail(error)
+        if batch.attempts > config.retries:
+            self._fail_batch(batch, error)
             return
-        logger.debug("retrying %r after %s", request, error)
+        logger.debug("retrying %r after %s", batch, error)
         if getattr(error, "invalid_metadata", False):
-            self._stale.add(request.topic)
-        queue = self._queues[(request.topic, request.partition)]
+            self._stale.add(batch.topic)
         queue.backoff_until = now + config.retry_backoff_ms / 1000
-        queue.put_back(request)
+        queue.put_back(batch)
         self._queued += 1
+
+    def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
+        """Fail a batch's records; an idempotent partition must then renumber."""
+        batch.fail(error)
+        queue = self._queues[(batch.topic, batch.partition)]
+        if queue.unacked.pop(batch.order, None) is not None:
+            queue.resequence = True  # its sequences leave a gap at the leader
+
+    def _fail_partition(self, queue: _PartitionQueue, topic: str, partition: int) -> None:
+        """The partition's epoch is exhausted: fail what waits (a new producer is needed)."""
+        error = OutOfOrderSequenceError(
+            f"{topic}-{partition}: the producer's epoch cannot be bumped past "
+            f"{MAX_PRODUCER_EPOCH} to restart its sequence; create a new producer"
+        )
+        for batch in queue.retries:
+            batch.fail(error)
+        for request in queue.pending:
+            request.fail(error)
+        self._queued -= len(queue.retries) + len(queue.pending)
+        queue.retries.clear()
+        queue.pending.clear()
+        queue.unacked.clear()
 
     def _refresh_stale(self, now: float) -> None:
         for topic in list(self._stale):
@@ -405,19 +601,19 @@ class Sender(threading.Thread):
     def _expire(self, now: float) -> None:
         config = self._config
         request_timeout_s = config.request_timeout_ms / 1000
-        for ref, group in list(self._in_flight.items()):
-            if now - group[0].sent_at >= request_timeout_s:
-                # Abandoned: the call may still land (no sequence numbers yet).
+        for ref, batch in list(self._in_flight.items()):
+            if now - batch.sent_at >= request_timeout_s:
+                # Abandoned: the call may still land; an idempotent retry is then a
+                # duplicate the leader answers with the original offsets.
                 del self._in_flight[ref]
-                self._queues[(group[0].topic, group[0].partition)].in_flight -= 1
+                self._queues[(batch.topic, batch.partition)].in_flight -= 1
                 if self._acks == 0:
                     continue
                 error = RaystreamTimeoutError(
-                    f"produce to {group[0].topic}-{group[0].partition} got no answer "
+                    f"produce to {batch.topic}-{batch.partition} got no answer "
                     f"within request_timeout_ms={config.request_timeout_ms}"
                 )
-                for request in group:
-                    self._retry_or_fail(request, error, now)
+                self._retry_or_fail(batch, error, now)
         delivery_timeout_s = config.delivery_timeout_ms / 1000
         for queue in self._queues.values():
             if queue.pending and now - queue.pending[0].created >= delivery_timeout_s:
@@ -425,45 +621,59 @@ class Sender(threading.Thread):
                 for request in queue.pending:
                     if now - request.created >= delivery_timeout_s:
                         self._queued -= 1
-                        request.fail(_expired(request, config.delivery_timeout_ms))
+                        request.fail(_expired_request(request, config.delivery_timeout_ms))
                     else:
                         keep.append(request)
                 queue.pending = keep
+            for batch in list(queue.retries):
+                if now - batch.created >= delivery_timeout_s:
+                    queue.retries.remove(batch)
+                    self._queued -= 1
+                    self._fail_batch(batch, _expired(batch, config.delivery_timeout_ms))
 
     def _fail_everything(self, error: BaseException) -> None:
-        for group in self._in_flight.values():
-            for request in group:
-                if request.batch is not None:  # acks=0 requests completed already
-                    request.fail(error)
+        for batch in self._in_flight.values():
+            batch.fail(error)
         self._in_flight.clear()
         for queue in self._queues.values():
+            for batch in queue.retries:
+                batch.fail(error)
             for request in queue.pending:
                 request.fail(error)
+            queue.retries.clear()
             queue.pending.clear()
+            queue.unacked.clear()
             queue.in_flight = 0
         self._queued = 0
         for item in self._accumulator.take_all():
             item.result.fail_all(error)
 
 
-def _expired(request: ProduceRequest, delivery_timeout_ms: int) -> RaystreamTimeoutError:
+def _expired(batch: _Batch, delivery_timeout_ms: int) -> RaystreamTimeoutError:
     error = RaystreamTimeoutError(
-        f"records for {request.topic}-{request.partition} expired: not acknowledged within "
-        f"delivery_timeout_ms={delivery_timeout_ms} after {request.attempts} attempt(s); "
-        f"last error: {request.last_error}"
+        f"records for {batch.topic}-{batch.partition} expired: not acknowledged within "
+        f"delivery_timeout_ms={delivery_timeout_ms} after {batch.attempts} attempt(s); "
+        f"last error: {batch.last_error}"
     )
-    error.__cause__ = request.last_error
+    error.__cause__ = batch.last_error
     return error
 
 
-def _ray_error(error: BaseException, request: ProduceRequest) -> RaystreamError:
+def _expired_request(request: ProduceRequest, delivery_timeout_ms: int) -> RaystreamTimeoutError:
+    return RaystreamTimeoutError(
+        f"records for {request.topic}-{request.partition} expired: not sent within "
+        f"delivery_timeout_ms={delivery_timeout_ms}"
+    )
+
+
+def _ray_error(error: BaseException, batch: _Batch) -> RaystreamError:
     if is_dead_actor_error(error):
         return BrokerNotAvailableError(
-            f"the leader of {request.topic}-{request.partition} is unavailable: {error}"
+            f"the leader of {batch.topic}-{batch.partition} is unavailable: {error}"
         )
     if isinstance(error, ray.exceptions.RaySystemError | ray.exceptions.ObjectLostError):
         return BrokerNotAvailableError(
-            f"produce to {request.topic}-{request.partition} was lost: {error}"
+            f"produce to {batch.topic}-{batch.partition} was lost: {error}"
         )
     return _as_raystream_error(error)
 
@@ -476,4 +686,4 @@ def _as_raystream_error(error: BaseException) -> RaystreamError:
     return wrapped
 
 
-__all__ = ["ORDERED_IN_FLIGHT", "PREPARE_MIN_BYTES", "Sender", "TopicCache"]
+__all__ = ["MAX_IDEMPOTENT_IN_FLIGHT", "PREPARE_MIN_BYTES", "Sender", "TopicCache"]

@@ -32,6 +32,7 @@ an extra ``__offset`` column and sets the explicit-offsets attribute.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -131,6 +132,21 @@ def parse_header(buffer: object, position: int, limit: int, where: str) -> Batch
     if header.record_count < 0 or header.last_offset_delta < 0:
         raise CorruptRecordError(f"{where} position {position}: negative record count")
     return header
+
+
+def stored_headers(data: pa.Buffer | bytes) -> Iterator[BatchHeader]:
+    """The headers of the stored batches laid end to end in ``data`` (copied data).
+
+    Raises:
+        CorruptRecordError: a header is malformed.
+    """
+    buffer = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    position = 0
+    size = buffer.size
+    while position < size:
+        header = parse_header(buffer, position, size, "replicated data")
+        yield header
+        position += header.size
 
 
 def verify_crc(buffer: object, position: int, header: BatchHeader, where: str) -> None:

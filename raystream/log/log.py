@@ -453,6 +453,27 @@ class Log:
             runs.append(buffer.slice(start, end - start))
         return runs
 
+    def batch_headers(self, start_offset: int) -> list[BatchHeader]:
+        """Headers of the batches from the one holding ``start_offset`` on, in log order.
+
+        Reads no payload and checks no checksum: what a replica replays to rebuild its
+        producer state after a snapshot (a few bytes per batch).
+        """
+        with self._lock:
+            self._check_open()
+            headers: list[BatchHeader] = []
+            first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+            for index in range(first, len(self._segments)):
+                segment = self._segments[index]
+                position = 0
+                if index == first:
+                    found = segment.translate(start_offset)
+                    if found is None:
+                        continue
+                    position = found[0]
+                headers.extend(header for _, header in segment.headers(position))
+            return headers
+
     def append_raw(self, data: pa.Buffer | bytes) -> int:
         """Append stored batches copied from a leader, keeping their offsets and epochs.
 

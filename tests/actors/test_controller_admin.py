@@ -15,6 +15,7 @@ import ray
 
 import raystream as rs
 from raystream.actors import CONTROLLER_NAME
+from raystream.controller.producer_ids import PRODUCER_ID_BLOCK_SIZE
 from raystream.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -231,6 +232,8 @@ def test_topics_configs_and_records_survive_shutdown_and_restart(cluster_factory
 def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_serving(cluster) -> None:
     admin = cluster.admin()
     admin.create_topic("steady")
+    before = [cluster.call("init_producer_id") for _ in range(3)]
+    assert [pid for pid, _ in before] == [0, 1, 2] and {e for _, e in before} == {0}
     leader = cluster.topic_metadata("steady").partitions[0].leader_handle
     controller = ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
     old_pid = ray.get(controller.ping.remote())
@@ -248,6 +251,8 @@ def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_servi
             time.sleep(0.2)
     assert admin.list_topics() == ["steady"]
     assert ray.get(leader.fetch.remote(0)).records.column("value").to_pylist() == [b"during"]
+    # Producer ids never repeat: the restarted controller skips the reserved block.
+    assert cluster.call("init_producer_id") == (PRODUCER_ID_BLOCK_SIZE, 0)
 
 
 def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:

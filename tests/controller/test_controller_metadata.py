@@ -13,7 +13,9 @@ from raystream.controller.metadata import (
     validate_topic_name,
 )
 from raystream.controller.placement import is_spread, place_replicas
+from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
+    IllegalStateError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
@@ -99,3 +101,22 @@ def test_topic_state_round_trips_through_its_metadata_record() -> None:
     assert again == state
     assert again.schema().equals(schema)
     assert again.partitions[0].nodes == {0: "n1", 1: "n2"}
+
+
+def test_producer_ids_come_from_blocks_reserved_before_use() -> None:
+    ids = ProducerIdBlocks(reserved_end=0, block_size=2)
+    with pytest.raises(IllegalStateError):
+        ids.next_id()  # nothing reserved yet
+    assert ids.block_to_reserve() == 2
+    ids.reserved(2)
+    assert [ids.next_id(), ids.next_id()] == [0, 1]
+    assert ids.block_to_reserve() == 4
+
+
+def test_a_restart_from_the_durable_block_end_never_repeats_an_id() -> None:
+    first = ProducerIdBlocks(reserved_end=0, block_size=10)
+    first.reserved(first.block_to_reserve())
+    handed = [first.next_id() for _ in range(3)]
+    again = ProducerIdBlocks(reserved_end=first.reserved_end, block_size=10)
+    again.reserved(again.block_to_reserve())
+    assert again.next_id() == 10 and 10 not in handed

@@ -1,0 +1,400 @@
+"""Idempotent producers' state on one partition replica: who wrote which sequences.
+
+Kafka's ``ProducerStateManager``, as plain data and rules (no Ray, no clock). For every
+producer id that wrote to the partition it keeps the producer's epoch and the metadata
+of its last :data:`BATCHES_TO_RETAIN` batches (first/last sequence, first/last offset),
+which is what the leader needs to decide about an incoming batch:
+
+- **append** — the batch's first sequence follows the producer's last one (or it is
+  the first batch of a new epoch, sequence 0, or of an unknown producer, sequence 0);
+- **duplicate** — same epoch and exactly the sequences of a retained batch: a retry of
+  a batch already written; the leader answers with the original offsets;
+- **gap** — the sequence is ahead of the next expected one: an earlier batch has not
+  arrived yet (Ray may run pipelined calls out of order) or was lost; the leader waits
+  a little for it, then refuses with OutOfOrderSequenceError;
+- **unknown** — no state for the producer and a sequence other than 0: either a
+  reordered successor of the producer's first batch, or a producer whose state was
+  lost (its batches deleted by retention, or an unclean leader change); the leader
+  waits a little for the predecessor, then accepts, as Kafka accepts any sequence
+  from a producer it has no state for;
+- **out of order** — behind the expected sequence but not a retained batch, or a new
+  epoch that does not start at 0 (after the wait);
+- **fenced** — an epoch older than the producer's current one.
+
+Every replica keeps this state, leader and followers alike: the leader updates it as it
+appends, a follower from the headers of the batches it copies (producer id, epoch and
+base sequence travel in every batch header), so a new leader knows every producer at
+once. A replica that restarts rebuilds it from its newest snapshot (written now and
+then and on close, as ``<offset>.snapshot`` beside the log) plus the headers of the
+batches after it, not from a scan of the whole log.
+
+Sequences are int32 and wrap to 0 after 2**31 - 1, as in Kafka.
+
+Transactions will add, per producer, the first offset of its ongoing transaction and
+the coordinator epoch, and the manager will keep the ongoing transactions ordered by
+first offset (the last stable offset) and the aborted-transaction index; the entry and
+snapshot formats are versioned for that.
+
+Example:
+    >>> state = ProducerStateManager()
+    >>> state.check(7, 0, 0, 9).verdict
+    <Verdict.APPEND: 'append'>
+    >>> state.append(7, 0, 0, 9, 100, 109, 1_700_000_000_000)
+    >>> check = state.check(7, 0, 0, 9)  # a retry of the same batch
+    >>> check.verdict, check.first_offset, check.last_offset
+    (<Verdict.DUPLICATE: 'duplicate'>, 100, 109)
+    >>> state.check(7, 0, 20, 29).verdict  # 10..19 has not arrived yet
+    <Verdict.GAP: 'gap'>
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import crc32c
+
+from raystream.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    RaystreamError,
+)
+from raystream.log.batch import BatchHeader
+from raystream.log.checkpoint import write_atomically
+
+NO_PRODUCER_ID = -1
+"""Producer id of a batch from a producer without idempotence."""
+BATCHES_TO_RETAIN = 5
+"""Batches remembered per producer: as many as a producer may have in flight per
+partition, so any retry of an unanswered batch is recognised."""
+SEQUENCE_LIMIT = 1 << 31
+"""Sequences run over [0, 2**31) and wrap."""
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_TO_KEEP = 2
+"""The newest and one older snapshot: a follower truncating below the newest one still
+starts from a snapshot."""
+SNAPSHOT_VERSION = 1
+
+
+def next_sequence(sequence: int, count: int = 1) -> int:
+    """The sequence ``count`` after ``sequence``, wrapping at 2**31."""
+    return (sequence + count) % SEQUENCE_LIMIT
+
+
+def _is_ahead(sequence: int, expected: int) -> bool:
+    """Whether ``sequence`` lies ahead of ``expected`` (within half the sequence space)."""
+    return 0 < (sequence - expected) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where one producer batch landed: its sequences and offsets."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """What a partition remembers of one producer id.
+
+    Invariant: ``batches`` holds at most :data:`BATCHES_TO_RETAIN` batches of the
+    current epoch, in sequence order, each following the previous one.
+    """
+
+    producer_id: int
+    producer_epoch: int
+    last_timestamp: int
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence written in the current epoch, or -1."""
+        return self.batches[-1].last_seq if self.batches else -1
+
+    def find(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        """The retained batch with exactly these sequences, or None."""
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+class Verdict(enum.Enum):
+    """What a leader does with an incoming idempotent batch (see the module docstring)."""
+
+    APPEND = "append"
+    DUPLICATE = "duplicate"
+    GAP = "gap"
+    UNKNOWN = "unknown"
+    OUT_OF_ORDER = "out_of_order"
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True, slots=True)
+class AppendCheck:
+    """A verdict, with the original offsets of a duplicate and a message for refusals."""
+
+    verdict: Verdict
+    first_offset: int = -1
+    last_offset: int = -1
+    message: str = ""
+
+    @property
+    def waits(self) -> bool:
+        """Whether the leader should wait for a predecessor before deciding."""
+        return self.verdict in (Verdict.GAP, Verdict.UNKNOWN)
+
+    def error(self) -> RaystreamError | None:
+        """The refusal to answer with once waiting is over (None: append or duplicate).
+
+        A gap that outlived the wait is out of order; an unknown producer is accepted.
+        """
+        if self.verdict in (Verdict.GAP, Verdict.OUT_OF_ORDER):
+            return OutOfOrderSequenceError(self.message)
+        if self.verdict is Verdict.FENCED:
+            return InvalidProducerEpochError(self.message)
+        return None
+
+
+class ProducerStateManager:
+    """The producers of one partition replica, and their snapshots (if ``directory``).
+
+    ``map_end_offset`` is the offset up to which the state has taken in the log's
+    batches: appends and copied batches move it forward, rebuilding sets it.
+    Not thread-safe: one replica's event loop owns it.
+
+    Args:
+        directory: where snapshots are kept (the log's directory); None keeps none.
+    """
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerEntry] = {}
+        self.map_end_offset = 0
+        self._dirty = False
+
+    # ---------------------------------------------------------------- rules
+
+    def check(
+        self, producer_id: int, producer_epoch: int, first_seq: int, last_seq: int
+    ) -> AppendCheck:
+        """Decide about a batch of ``producer_id`` with sequences first..last."""
+        if producer_id == NO_PRODUCER_ID:
+            return AppendCheck(Verdict.APPEND)
+        name = f"producer {producer_id} epoch {producer_epoch}"
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            if first_seq == 0:
+                return AppendCheck(Verdict.APPEND)
+            return AppendCheck(
+                Verdict.UNKNOWN,
+                message=f"{name}: no state for the producer and first sequence {first_seq}",
+            )
+        if producer_epoch < entry.producer_epoch:
+            return AppendCheck(
+                Verdict.FENCED,
+                message=f"{name} is older than the producer's epoch {entry.producer_epoch}",
+            )
+        if producer_epoch > entry.producer_epoch:
+            if first_seq == 0:
+                return AppendCheck(Verdict.APPEND)
+            return AppendCheck(
+                Verdict.GAP,
+                message=f"{name}: a new epoch must start at sequence 0, not {first_seq}",
+            )
+        duplicate = entry.find(first_seq, last_seq)
+        if duplicate is not None:
+            return AppendCheck(Verdict.DUPLICATE, duplicate.first_offset, duplicate.last_offset)
+        expected = next_sequence(entry.last_seq) if entry.batches else 0
+        if first_seq == expected:
+            return AppendCheck(Verdict.APPEND)
+        verdict = Verdict.GAP if _is_ahead(first_seq, expected) else Verdict.OUT_OF_ORDER
+        return AppendCheck(
+            verdict,
+            message=f"{name}: first sequence {first_seq} where {expected} was expected "
+            f"(last batches {[(b.first_seq, b.last_seq) for b in entry.batches]})",
+        )
+
+    def append(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+    ) -> None:
+        """Take in a batch written at first_offset..last_offset (leader or follower)."""
+        self.map_end_offset = max(self.map_end_offset, last_offset + 1)
+        if producer_id == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(producer_id)
+        if entry is None or producer_epoch > entry.producer_epoch:
+            entry = ProducerEntry(producer_id, producer_epoch, timestamp)
+            self.producers[producer_id] = entry
+        elif producer_epoch < entry.producer_epoch:
+            return  # an older epoch's batch in a replicated log: nothing to learn
+        entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        self._dirty = True
+
+    def apply(self, header: BatchHeader) -> None:
+        """Take in a stored batch from its header (copied batches, rebuilding)."""
+        if header.producer_id == NO_PRODUCER_ID or header.is_control:
+            self.map_end_offset = max(self.map_end_offset, header.next_offset)
+            return
+        self.append(
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            next_sequence(header.base_sequence, header.last_offset_delta),
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
+        )
+
+    def apply_all(self, headers: Iterable[BatchHeader]) -> None:
+        """:meth:`apply` each header, in log order."""
+        for header in headers:
+            self.apply(header)
+
+    # ------------------------------------------------------------ snapshots
+
+    @property
+    def needs_snapshot(self) -> bool:
+        """Whether a producer's state changed since the last snapshot was made or loaded.
+
+        Batches without a producer id change nothing worth a snapshot: replaying their
+        headers after the last one is cheap.
+        """
+        return self.directory is not None and self._dirty
+
+    def snapshot_text(self) -> tuple[int, str]:
+        """(offset, file text) of a snapshot of the current state; clears the change flag."""
+        self._dirty = False
+        body = json.dumps(
+            {
+                "version": SNAPSHOT_VERSION,
+                "offset": self.map_end_offset,
+                "producers": [_snapshot_row(e) for e in self.producers.values()],
+            },
+            separators=(",", ":"),
+        )
+        return self.map_end_offset, f"{crc32c.crc32c(body.encode()):08x}\n{body}\n"
+
+    def write_snapshot(self, offset: int, text: str) -> None:
+        """Write a snapshot made by :meth:`snapshot_text` and drop the oldest ones.
+
+        May run on another thread than the one changing the state: it only writes files.
+        """
+        assert self.directory is not None
+        write_atomically(os.path.join(self.directory, snapshot_file_name(offset)), text)
+        for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
+            _remove(os.path.join(self.directory, snapshot_file_name(old)))
+
+    def take_snapshot(self) -> None:
+        """Write a snapshot of the current state now (a clean shutdown does this)."""
+        if self.needs_snapshot:
+            self.write_snapshot(*self.snapshot_text())
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the snapshots on disk, oldest first."""
+        if self.directory is None:
+            return []
+        offsets = []
+        for name in os.listdir(self.directory):
+            stem = name[: -len(SNAPSHOT_SUFFIX)]
+            if name.endswith(SNAPSHOT_SUFFIX) and stem.isdigit():
+                offsets.append(int(stem))
+        return sorted(offsets)
+
+    def load(self, log_start_offset: int, log_end_offset: int) -> int:
+        """Reset to the newest valid snapshot at or below ``log_end_offset``.
+
+        Snapshots past the log end (the log lost its tail) and unreadable ones are
+        deleted. Returns the offset the caller must replay batch headers from (the
+        snapshot's offset, or the log start when there is no usable snapshot), after
+        which :meth:`apply_all` brings the state up to date.
+        """
+        self.producers = {}
+        self._dirty = False
+        for offset in reversed(self.snapshot_offsets()):
+            path = os.path.join(self.directory or "", snapshot_file_name(offset))
+            if offset > log_end_offset:
+                _remove(path)
+                continue
+            producers = _read_snapshot(path)
+            if producers is None:
+                _remove(path)
+                continue
+            self.producers = producers
+            self.map_end_offset = max(offset, log_start_offset)
+            return self.map_end_offset
+        self.map_end_offset = log_start_offset
+        return log_start_offset
+
+    def clear(self, offset: int) -> None:
+        """Forget every producer and snapshot (the log restarts empty at ``offset``)."""
+        self.producers = {}
+        self.map_end_offset = offset
+        self._dirty = False
+        for old in self.snapshot_offsets():
+            _remove(os.path.join(self.directory or "", snapshot_file_name(old)))
+
+
+def snapshot_file_name(offset: int) -> str:
+    """``<offset, 20 digits>.snapshot``, as Kafka names producer snapshots."""
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def _snapshot_row(entry: ProducerEntry) -> list:
+    batches = [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in entry.batches]
+    return [entry.producer_id, entry.producer_epoch, entry.last_timestamp, batches]
+
+
+def _read_snapshot(path: str) -> dict[int, ProducerEntry] | None:
+    """The producers in a snapshot file, or None when it is unreadable or corrupt."""
+    try:
+        with open(path) as f:
+            crc, body = f.read().split("\n", 1)
+        body = body.rstrip("\n")
+        if int(crc, 16) != crc32c.crc32c(body.encode()):
+            return None
+        data = json.loads(body)
+        if data["version"] != SNAPSHOT_VERSION:
+            return None
+        producers = {}
+        for producer_id, epoch, timestamp, batches in data["producers"]:
+            entry = ProducerEntry(producer_id, epoch, timestamp)
+            entry.batches.extend(BatchMetadata(*b) for b in batches)
+            producers[producer_id] = entry
+        return producers
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+__all__ = [
+    "BATCHES_TO_RETAIN",
+    "NO_PRODUCER_ID",
+    "AppendCheck",
+    "BatchMetadata",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "Verdict",
+    "next_sequence",
+    "snapshot_file_name",
+]
