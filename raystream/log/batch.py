@@ -270,9 +270,6 @@ class BatchEncoder:
                 head += self._schema_message
                 self._writer.write_batch(batch)
                 sink.write(END_OF_STREAM)
-        except BaseException:
-            self._schema = None  # the writer may have stopped mid-message: start afresh
-            raise
         finally:
             sink.pieces = []
         record_count = batch.num_rows
