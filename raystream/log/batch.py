@@ -45,7 +45,10 @@ HEADER = struct.Struct("<qiiBIhiqqqhii3x")
 HEADER_SIZE = HEADER.size
 CRC_START = 21
 MAGIC = 1
-_CRC_FIELD = struct.Struct("<I")
+_HEAD = struct.Struct("<qiiBI")
+"""Bytes 0..21 of a header: the fields the CRC does not cover, and the CRC itself."""
+_TAIL = struct.Struct("<hiqqqhii3x")
+"""Bytes 21..64 of a header: the fields the CRC covers (it goes on over the payload)."""
 _STAMP = struct.Struct("<q")
 _EPOCH = struct.Struct("<i")
 
@@ -63,6 +66,7 @@ EXPLICIT_OFFSET_COLUMN = "__offset"
 """Column a compacted batch stores its surviving rows' offsets in."""
 
 assert HEADER_SIZE == 64
+assert _HEAD.size == CRC_START and _HEAD.size + _TAIL.size == HEADER_SIZE
 
 
 class BatchHeader(NamedTuple):
@@ -166,70 +170,128 @@ def verify_crc(buffer: object, position: int, header: BatchHeader, where: str) -
 
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
+Piece = pa.Buffer | bytes | bytearray
+"""A part of an encoded batch. A batch is written as its pieces with one ``writev``
+rather than joined first, so its data is copied once: into the page cache."""
 
-class PayloadEncoder:
-    """Serializes record batches as self-contained Arrow IPC streams.
+COPY_BELOW = 4096
+"""Encoded parts smaller than this are copied into the neighbouring piece: below a
+page, a copy costs less than another ``writev`` vector and another CRC32C call."""
 
-    The schema message is serialized once per distinct schema; an uncompressed batch is
-    then one ``serialize()`` copy, and the pieces go to disk with a single ``writev``.
+
+class _PieceSink:
+    """A write-only file object that keeps what an Arrow IPC writer writes to it.
+
+    Wrapped in ``pa.PythonFile``, it receives the writer's metadata as small ``bytes``
+    and the batch's body buffers as zero-copy ``pa.Buffer`` views of the batch's own
+    memory (of the compressed buffers with a codec). Small parts are gathered into
+    bytearrays; large buffers are kept as they are, uncopied.
+    """
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.pieces: list[Piece] = []
+
+    def write(self, data: pa.Buffer | bytes) -> int:
+        """Keep ``data``: by reference if large, else appended to the last small piece."""
+        pieces = self.pieces
+        if len(data) >= COPY_BELOW:
+            pieces.append(data)
+        elif pieces and type(pieces[-1]) is bytearray:
+            pieces[-1] += data
+        else:
+            pieces.append(bytearray(data))
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class BatchEncoder:
+    """Encodes record batches as stored batches (header + Arrow IPC stream), uncopied.
+
+    An Arrow IPC stream writer, kept open while the schema and codec stay the same,
+    writes each batch's message into a :class:`_PieceSink`. The pieces, behind the
+    cached schema message and a header whose CRC32C runs over all of them, go to the
+    segment file with one ``writev``: the batch's data is copied once, as a plain Arrow
+    IPC writer copies it, instead of serialized into a new buffer first. A schema with
+    dictionaries gets a fresh stream per batch, which carries the dictionary messages
+    the batch refers to (a payload must decode on its own).
+
+    Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
     """
 
     def __init__(self) -> None:
+        self._sink = _PieceSink()
+        self._file = pa.PythonFile(self._sink, mode="w")
         self._schema: pa.Schema | None = None
-        self._schema_message: pa.Buffer | None = None
-        self._has_dictionaries = False
+        self._compression: str | None = None
+        self._options = pa.ipc.IpcWriteOptions()
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._schema_message = b""
 
-    def encode(self, batch: pa.RecordBatch, compression: str | None) -> list[pa.Buffer | bytes]:
-        """The payload pieces (schema message, batch message, end marker) for ``batch``."""
+    def _prepare(self, batch: pa.RecordBatch, compression: str | None) -> None:
+        """Set up the writer for the batch's schema and codec, unless it is set up."""
         schema = batch.schema
-        if self._schema is None or not schema.equals(self._schema, check_metadata=True):
-            self._schema = schema
-            self._schema_message = schema.serialize()
-            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
-        if compression is not None or self._has_dictionaries:
-            # The stream writer also emits the dictionary messages the batch refers to.
-            sink = pa.BufferOutputStream()
-            options = pa.ipc.IpcWriteOptions(compression=compression)
-            with pa.ipc.new_stream(sink, schema, options=options) as writer:
-                writer.write_batch(batch)
-            return [sink.getvalue()]
-        return [self._schema_message, batch.serialize(), END_OF_STREAM]
+        if (
+            self._schema is not None
+            and compression == self._compression
+            and (schema is self._schema or schema.equals(self._schema, check_metadata=True))
+        ):
+            return
+        self._schema = None
+        self._writer = None
+        self._options = pa.ipc.IpcWriteOptions(compression=compression)
+        if not any(_has_dictionaries(field.type) for field in schema):
+            self._schema_message = schema.serialize().to_pybytes()
+            self._writer = pa.ipc.new_stream(self._file, schema, options=self._options)
+            # The writer emits the schema with its first batch: let that be an empty one.
+            self._writer.write_batch(batch.slice(0, 0))
+            self._sink.pieces = []
+        self._schema = schema
+        self._compression = compression
 
+    def encode(
+        self,
+        batch: pa.RecordBatch,
+        compression: str | None,
+        *,
+        base_offset: int,
+        partition_leader_epoch: int,
+        attributes: int,
+        last_offset_delta: int,
+        base_timestamp: int,
+        max_timestamp: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+    ) -> tuple[list[Piece], BatchHeader]:
+        """The pieces of the stored batch (header first) and its header, CRC filled in.
 
-def _has_dictionaries(data_type: pa.DataType) -> bool:
-    """Whether a type is, or nests, a dictionary type."""
-    if pa.types.is_dictionary(data_type):
-        return True
-    return any(_has_dictionaries(data_type.field(i).type) for i in range(data_type.num_fields))
-
-
-def payload_size(pieces: list[pa.Buffer | bytes]) -> int:
-    """Total bytes of payload pieces."""
-    return sum(len(p) if isinstance(p, bytes) else p.size for p in pieces)
-
-
-def encode_header(
-    *,
-    base_offset: int,
-    payload: list[pa.Buffer | bytes],
-    partition_leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    record_count: int,
-) -> bytes:
-    """Build the header for the ``payload`` pieces, with its CRC32C filled in."""
-    header = bytearray(
-        HEADER.pack(
-            base_offset,
-            HEADER_SIZE + payload_size(payload),
-            partition_leader_epoch,
-            MAGIC,
-            0,
+        The pieces reference ``batch``'s memory: write them before the batch changes.
+        """
+        self._prepare(batch, compression)
+        head = bytearray(HEADER_SIZE)
+        sink = self._sink
+        sink.pieces = pieces = [head]
+        try:
+            if self._writer is None:
+                with pa.ipc.new_stream(self._file, batch.schema, options=self._options) as w:
+                    w.write_batch(batch)
+            else:
+                head += self._schema_message
+                self._writer.write_batch(batch)
+                sink.write(END_OF_STREAM)
+        finally:
+            sink.pieces = []
+        record_count = batch.num_rows
+        _TAIL.pack_into(
+            head,
+            CRC_START,
             attributes,
             last_offset_delta,
             base_timestamp,
@@ -239,12 +301,39 @@ def encode_header(
             base_sequence,
             record_count,
         )
-    )
-    crc = crc32c.crc32c(memoryview(header)[CRC_START:])
-    for piece in payload:
-        crc = crc32c.crc32c(piece, value=crc)
-    _CRC_FIELD.pack_into(header, 17, crc)
-    return bytes(header)
+        crc = crc32c.crc32c(memoryview(head)[CRC_START:])
+        for piece in pieces[1:]:
+            crc = crc32c.crc32c(piece, value=crc)
+        size = payload_size(pieces)
+        _HEAD.pack_into(head, 0, base_offset, size, partition_leader_epoch, MAGIC, crc)
+        header = BatchHeader(
+            base_offset,
+            size,
+            partition_leader_epoch,
+            MAGIC,
+            crc,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        )
+        return pieces, header
+
+
+def _has_dictionaries(data_type: pa.DataType) -> bool:
+    """Whether a type is, or nests, a dictionary type."""
+    if pa.types.is_dictionary(data_type):
+        return True
+    return any(_has_dictionaries(data_type.field(i).type) for i in range(data_type.num_fields))
+
+
+def payload_size(pieces: list[Piece]) -> int:
+    """Total bytes of encoded pieces."""
+    return sum(map(len, pieces))
 
 
 def stamp(header: bytes, base_offset: int, partition_leader_epoch: int) -> bytes:
@@ -305,12 +394,13 @@ def user_columns(header: BatchHeader, batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def rewrite_batch(
+    encoder: BatchEncoder,
     header: BatchHeader,
     batch: pa.RecordBatch,
     offsets: np.ndarray,
     keep: np.ndarray,
     last_offset_delta: int,
-) -> tuple[bytes, list[pa.Buffer | bytes]]:
+) -> tuple[list[Piece], BatchHeader]:
     """Re-encode the kept rows of a stored batch, preserving its metadata and offsets.
 
     Used by compaction (which keeps ``last_offset_delta``, so the batch still ends
@@ -319,11 +409,15 @@ def rewrite_batch(
     the explicit offsets column.
 
     Args:
+        encoder: the encoder to use (one per caller, reused across its batches).
         header: the original batch's header.
         batch: the decoded original batch, storage columns included.
         offsets: the offsets of ``batch``'s rows.
         keep: boolean mask of rows to keep (at least one True).
         last_offset_delta: the new batch's last offset minus its base offset.
+
+    Returns:
+        The new batch's pieces (header first) and its header.
     """
     data = user_columns(header, batch).filter(pa.array(keep))
     kept = offsets[keep]
@@ -331,10 +425,10 @@ def rewrite_batch(
     if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
         data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
         attributes |= ATTR_EXPLICIT_OFFSETS
-    payload = PayloadEncoder().encode(data, header.compression)
-    encoded = encode_header(
+    return encoder.encode(
+        data,
+        header.compression,
         base_offset=header.base_offset,
-        payload=payload,
         partition_leader_epoch=header.partition_leader_epoch,
         attributes=attributes,
         last_offset_delta=last_offset_delta,
@@ -343,6 +437,4 @@ def rewrite_batch(
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
-        record_count=len(kept),
     )
-    return encoded, payload

@@ -22,7 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raystream.log.batch import HEADER_SIZE, batch_offsets, payload_size, rewrite_batch
+from raystream.log.batch import (
+    HEADER_SIZE,
+    BatchEncoder,
+    batch_offsets,
+    payload_size,
+    rewrite_batch,
+)
 from raystream.log.segment import LogSegment
 
 if TYPE_CHECKING:
@@ -112,6 +118,7 @@ def _rewrite(
     pieces: list[object] = []
     removed = 0
     buffer = segment.view()
+    encoder = BatchEncoder()
     for position, header, batch in _batches(segment, decoder):
         rows = batch_offsets(header, batch)
         keep = np.ones(len(rows), dtype=bool)
@@ -134,9 +141,8 @@ def _rewrite(
             continue
         removed += dropped
         if keep.any():
-            encoded, payload = rewrite_batch(header, batch, rows, keep, header.last_offset_delta)
-            pieces.append(encoded)
-            pieces.extend(payload)
+            encoded, _ = rewrite_batch(encoder, header, batch, rows, keep, header.last_offset_delta)
+            pieces.extend(encoded)
     if removed == 0:
         return None
     new_size = payload_size(pieces)

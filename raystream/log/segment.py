@@ -1,9 +1,10 @@
 """One log segment: a file of stored batches that starts at ``base_offset``.
 
-Appends go to the end of the file with one ``writev`` per batch; reads come from a
-read-only memory map, so the data a read returns is not copied. A memory map that a
-caller still holds is never shrunk under it: truncation then writes a shorter copy of
-the file and swaps it in, so old readers keep the old bytes instead of a SIGBUS.
+Appends go to the end of the file with one ``writev`` per batch (per run of batches
+for replicated data); reads come from a read-only memory map, so the data a read
+returns is not copied. A memory map that a caller still holds is never shrunk under
+it: truncation then writes a shorter copy of the file and swaps it in, so old readers
+keep the old bytes instead of a SIGBUS.
 
 Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
 """
@@ -13,17 +14,35 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
 from raystream.errors import CorruptRecordError
-from raystream.log.batch import BatchHeader, parse_header, verify_crc
+from raystream.log.batch import BatchHeader, Piece, parse_header, payload_size, verify_crc
 from raystream.log.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+
+
+_IOV_MAX = os.sysconf("SC_IOV_MAX")
+"""How many buffers one ``writev`` call takes."""
+
+
+def _write(fd: int, pieces: list[Piece]) -> int:
+    """Write ``pieces`` at the end of ``fd``; returns bytes written (fewer: disk full)."""
+    if len(pieces) <= _IOV_MAX:
+        return os.writev(fd, pieces)
+    written = 0
+    for start in range(0, len(pieces), _IOV_MAX):
+        chunk = pieces[start : start + _IOV_MAX]
+        done = os.writev(fd, chunk)
+        written += done
+        if done != payload_size(chunk):
+            break
+    return written
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -77,32 +96,41 @@ class LogSegment:
 
     # ----------------------------------------------------------------- writes
 
-    def append(
-        self, header: bytes, payload: list[pa.Buffer | bytes], batch_header: BatchHeader
-    ) -> None:
-        """Write one encoded batch at the end of the file and index it."""
+    def append(self, pieces: list[Piece], headers: Sequence[BatchHeader]) -> None:
+        """Write batches at the end of the file with one ``writev`` and index them.
+
+        ``pieces`` are the bytes of the batches described by ``headers``, in order and
+        end to end. A short write (a full disk) is cut off again before the error is
+        raised, so the file never keeps a partial batch behind the segment's back.
+        """
         position = self.size
-        if self.is_empty:
-            self.rolling_timestamp = batch_header.max_timestamp
-        written = os.writev(self._fd, [header, *payload])
-        if written != batch_header.size:
-            raise OSError(f"{self.where}: short write ({written} of {batch_header.size} bytes)")
+        size = sum(header.size for header in headers)
+        if position == 0:
+            self.rolling_timestamp = headers[0].max_timestamp
+        written = _write(self._fd, pieces)
+        if written != size:
+            os.ftruncate(self._fd, position)
+            raise OSError(f"{self.where}: short write ({written} of {size} bytes)")
         if self.verified_bytes == position:
-            self.verified_bytes = position + batch_header.size
-        self.size = position + batch_header.size
+            self.verified_bytes = position + size
+        self.size = position + size
         self.dirty = True
-        self._index_batch(position, batch_header)
+        for header in headers:
+            self._index_batch(position, header)
+            position += header.size
 
     def _index_batch(self, position: int, header: BatchHeader) -> None:
+        """Account for the batch at ``position``: an index entry every
+        ``index.interval.bytes``, and the segment's next offset and max timestamp."""
+        max_timestamp = header.max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
         if position == 0 or self._bytes_since_index_entry >= self.index_interval_bytes:
             self.index.append(header.base_offset, position)
-            self.time_index.maybe_append(
-                max(self.max_timestamp, header.max_timestamp), header.base_offset
-            )
+            self.time_index.maybe_append(self.max_timestamp, header.base_offset)
             self._bytes_since_index_entry = 0
         self._bytes_since_index_entry += header.size
-        self.next_offset = header.next_offset
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+        self.next_offset = header.base_offset + header.last_offset_delta + 1
 
     def flush(self, fsync: bool = True) -> None:
         """Write pending index entries and, with ``fsync``, make everything durable."""

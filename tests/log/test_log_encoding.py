@@ -1,0 +1,184 @@
+"""How an appended batch reaches the disk: a standard Arrow IPC payload encoded from the
+batch's own buffers (no serialized copy), written with one ``writev``; failed writes
+and failed encodes leave the log usable."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from raystream.log import OFFSET_COLUMN
+from raystream.log import batch as batch_module
+from raystream.log import segment as segment_module
+from raystream.log.batch import HEADER_SIZE, BatchEncoder
+
+START = 1_700_000_000_000
+"""The fake clock's start (see conftest)."""
+
+ENCODE_FIELDS = dict(
+    base_offset=7,
+    partition_leader_epoch=2,
+    attributes=0,
+    last_offset_delta=2,
+    base_timestamp=START,
+    max_timestamp=START,
+    producer_id=-1,
+    producer_epoch=-1,
+    base_sequence=-1,
+)
+
+
+def big_batch(rows: int = 1000, value_bytes: int = 100) -> pa.RecordBatch:
+    """Values large enough that the encoder keeps their buffer by reference."""
+    data = np.arange(rows * value_bytes, dtype=np.uint8).tobytes()
+    offsets = np.arange(0, (rows + 1) * value_bytes, value_bytes, dtype=np.int32)
+    values = pa.BinaryArray.from_buffers(
+        pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    timestamps = pa.array(np.arange(START, START + rows, dtype=np.int64))
+    return pa.record_batch({"value": values, "timestamp": timestamps})
+
+
+def dictionary_batch(words: list[str]) -> pa.RecordBatch:
+    return pa.record_batch({"value": pa.array(words).dictionary_encode()})
+
+
+@pytest.mark.parametrize("codec", [None, "lz4", "zstd"])
+@pytest.mark.parametrize("kind", ["plain", "dictionary", "sliced"])
+def test_payload_is_a_standard_arrow_ipc_stream(make_log, codec, kind):
+    original = {
+        "plain": big_batch(50),
+        "dictionary": dictionary_batch(["red", "blue", "red"]),
+        "sliced": big_batch(50).slice(7, 20),
+    }[kind]
+    log = make_log()
+    log.append(original, compression=codec)
+    log.append(original, compression=codec)
+    for stored in log.read_batches(0):
+        assert stored.header.compression == codec
+        assert stored.header.size == HEADER_SIZE + stored.payload.size
+        assert stored.payload.address % 8 == 0  # zero-copy reads need the alignment
+        assert pa.ipc.open_stream(stored.payload).read_all().equals(pa.table(original))
+    both = pa.Table.from_batches([original, original])
+    assert log.read(0).drop_columns([OFFSET_COLUMN]).equals(both)
+
+
+def test_encoder_keeps_large_buffers_by_reference():
+    original = big_batch()
+    pieces, header = BatchEncoder().encode(original, None, **ENCODE_FIELDS)
+    value_buffer = original.column(0).buffers()[2]
+    kept = [p for p in pieces if isinstance(p, pa.Buffer)]
+    assert value_buffer.address in [p.address for p in kept]
+    assert all(len(p) >= batch_module.COPY_BELOW for p in kept)
+    assert header.size == sum(map(len, pieces))
+    assert header.record_count == original.num_rows
+    stored = pa.py_buffer(b"".join(bytes(p) for p in pieces))
+    parsed = batch_module.parse_header(stored, 0, stored.size, "test")
+    assert parsed == header
+    batch_module.verify_crc(stored, 0, parsed, "test")
+
+
+def test_encoder_follows_schema_codec_and_metadata_changes(make_log, batch):
+    log = make_log()
+    with_metadata = batch(["m"]).replace_schema_metadata({"origin": "test"})
+    appended = [
+        (batch(["a", "b"]), None),
+        (big_batch(10), "zstd"),
+        (batch(["c"]), "lz4"),
+        (batch(["d"]), None),
+        (with_metadata, None),
+        (dictionary_batch(["x", "y"]), None),
+        (batch(["e"]), None),
+    ]
+    for record_batch, codec in appended:
+        log.append(record_batch, compression=codec)
+    stored = log.read_batches(0)
+    assert [s.header.compression for s in stored] == [codec for _, codec in appended]
+    for item, (record_batch, _) in zip(stored, appended, strict=True):
+        decoded = pa.ipc.open_stream(item.payload).read_next_batch()
+        assert decoded.equals(record_batch)
+        assert decoded.schema.metadata == record_batch.schema.metadata
+
+
+def test_timestamp_column_is_found_again_when_the_schema_changes(make_log):
+    log = make_log()
+    log.append(pa.record_batch({"value": ["a", "b"], "timestamp": [START + 5, START + 1]}))
+    moved = pa.array([(START + 9) * 1000, (START + 7) * 1000], pa.timestamp("us"))
+    log.append(pa.record_batch({"timestamp": moved, "value": ["c", "d"]}))
+    log.append(pa.record_batch({"value": ["e"]}))
+    headers = [s.header for s in log.read_batches(0)]
+    assert [(h.base_timestamp, h.max_timestamp) for h in headers] == [
+        (START + 1, START + 5),
+        (START + 7, START + 9),
+        (START, START),  # no timestamp column: the (fake) append time
+    ]
+
+
+def test_null_timestamps_are_left_out_of_the_time_range(make_log):
+    log = make_log()
+    log.append(pa.record_batch({"value": ["a", "b", "c"], "timestamp": [None, START + 3, 7]}))
+    log.append(pa.record_batch({"value": ["d"], "timestamp": pa.array([None], pa.int64())}))
+    first, second = (s.header for s in log.read_batches(0))
+    assert (first.base_timestamp, first.max_timestamp) == (7, START + 3)
+    assert (second.base_timestamp, second.max_timestamp) == (START, START)
+
+
+def test_a_failed_encode_leaves_the_encoder_usable(make_log, monkeypatch):
+    # Each batch's pieces start afresh and each IPC message stands alone, so a write
+    # that fails mid-message leaves nothing behind for the next batch.
+    log = make_log()
+    log.append(big_batch(10))
+    write = batch_module._PieceSink.write
+    calls = []
+
+    def fail_once(self, data):
+        calls.append(len(data))
+        if len(calls) < 3:  # fail mid-message: after the message's first parts
+            return write(self, data)
+        monkeypatch.setattr(batch_module._PieceSink, "write", write)
+        raise OSError("sink failed")
+
+    monkeypatch.setattr(batch_module._PieceSink, "write", fail_once)
+    with pytest.raises(OSError, match="sink failed"):
+        log.append(big_batch(10))
+    assert log.log_end_offset == 10
+    log.append(big_batch(20))
+    assert log.read(0).num_rows == 30
+    assert log.read(10).column("value").to_pylist() == big_batch(20).column(0).to_pylist()
+
+
+def test_more_pieces_than_one_writev_takes(make_log, crash, monkeypatch):
+    monkeypatch.setattr(segment_module, "_IOV_MAX", 2)
+    log = make_log()
+    wide = pa.record_batch({f"c{i}": big_batch(100).column(0) for i in range(5)})
+    log.append(wide)
+    log.append(wide)
+    assert log.read(0).drop_columns([OFFSET_COLUMN]).equals(pa.Table.from_batches([wide] * 2))
+    crash(log)
+    reopened = make_log.reopen(log, clean=False)
+    assert reopened.log_end_offset == 200  # recovery checked both batches' CRCs
+
+
+def test_a_short_write_is_cut_back_and_the_log_goes_on(make_log, crash, monkeypatch):
+    log = make_log()
+    log.append(big_batch(10))
+    size = log.size_bytes
+    real_write = segment_module._write
+
+    def short(fd, pieces):
+        return os.write(fd, bytes(pieces[0])[:10])
+
+    monkeypatch.setattr(segment_module, "_write", short)
+    with pytest.raises(OSError, match="short write"):
+        log.append(big_batch(10))
+    monkeypatch.setattr(segment_module, "_write", real_write)
+    assert (log.log_end_offset, log.size_bytes) == (10, size)
+    assert os.path.getsize(log._segments[-1].path) == size
+    assert log.append(big_batch(5)) == (10, 14)
+    crash(log)
+    reopened = make_log.reopen(log, clean=False)
+    assert reopened.log_end_offset == 15
+    assert reopened.read(0).num_rows == 15
