@@ -22,7 +22,10 @@ def ensure_local_ray() -> None:
     """Start the session's local Ray unless one is running in this process."""
     import ray
 
+    from raystream.java import provide_java
+
     if not ray.is_initialized():
+        provide_java()  # Spark tests need Java workers on the node
         ray.init(
             address="local",  # a fresh Ray even if a ``ray start`` cluster is running
             num_cpus=8,
