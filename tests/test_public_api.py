@@ -22,7 +22,9 @@ API = {
     "TopicPartition",
     "__version__",
     "connect",
+    "data",
     "errors",
+    "spark",
 }
 
 ERRORS = {
@@ -59,6 +61,14 @@ def test_every_documented_error_exists_and_says_if_it_is_retriable() -> None:
         assert issubclass(error, rs.errors.RaystreamError)
         assert isinstance(error.retriable, bool)
         assert name.endswith("Error")
+
+
+def test_importing_raystream_starts_neither_ray_nor_spark() -> None:
+    code = (
+        "import sys, raystream; "
+        "assert not {'ray', 'pyspark', 'raydp'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_storage_engine_imports_without_ray() -> None:
