@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
     from raystream.client.consumer import Consumer
+    from raystream.client.consumer_group import ConsumerGroup
     from raystream.client.producer import Producer
     from raystream.log import Log, LogConfig
 
@@ -48,6 +49,7 @@ _LAZY = {
     "Cluster": "raystream.client.cluster",
     "connect": "raystream.client.cluster",
     "Consumer": "raystream.client.consumer",
+    "ConsumerGroup": "raystream.client.consumer_group",
     "Producer": "raystream.client.producer",
     "Log": "raystream.log",
     "LogConfig": "raystream.log",
@@ -68,6 +70,7 @@ __all__ = [
     "Admin",
     "Cluster",
     "Consumer",
+    "ConsumerGroup",
     "ConsumerRecord",
     "GroupDescription",
     "Log",

@@ -98,6 +98,12 @@ class BrokerConfig(KafkaConfig):
         auto_leader_rebalance_enable: move leadership back to preferred replicas by
             itself (periodically and when a node joins).
         leader_imbalance_check_interval_seconds: how often that check runs.
+        offsets_topic_num_partitions: partitions of ``__consumer_offsets`` (created on
+            first use). Kafka's default is 50; here every partition replica is an actor
+            process, so the default is small.
+        offsets_topic_replication_factor: its replication factor, capped at the number
+            of live nodes when the topic is created (a one-node cluster gets 1, so a
+            laptop works out of the box; Kafka would refuse instead).
     """
 
     data_dir: str = ""
@@ -108,6 +114,8 @@ class BrokerConfig(KafkaConfig):
     replica_lag_time_max_ms: int = 30_000
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
+    offsets_topic_num_partitions: int = 1
+    offsets_topic_replication_factor: int = 3
 
     def __post_init__(self) -> None:
         for name in (
@@ -117,6 +125,8 @@ class BrokerConfig(KafkaConfig):
             "log_flush_scheduler_interval_ms",
             "replica_lag_time_max_ms",
             "leader_imbalance_check_interval_seconds",
+            "offsets_topic_num_partitions",
+            "offsets_topic_replication_factor",
         ):
             value = getattr(self, name)
             require(value >= 1, "broker config", name, value, "must be >= 1")

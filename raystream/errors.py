@@ -16,11 +16,14 @@ exception here.
     ├── LeaderNotAvailableError             (5, retriable, invalid metadata)
     ├── NotLeaderError                      (6, retriable, invalid metadata)
     ├── RaystreamTimeoutError               (7, retriable)
+    ├── CoordinatorNotAvailableError        (15, retriable: the group coordinator restarts)
     ├── BrokerNotAvailableError             (8, retriable, invalid metadata: actor died)
     ├── RecordTooLargeError                 (10)
     ├── InvalidTopicError                   (17)
     ├── NotEnoughReplicasError              (19, retriable)
     ├── IllegalGenerationError / CommitFailedError (22)
+    ├── InconsistentGroupProtocolError      (23: no assignment strategy all members share)
+    ├── UnknownMemberIdError                (25: the coordinator no longer knows the member)
     ├── RebalanceInProgressError            (27, retriable)
     ├── AuthorizationError                  (29)
     ├── UnsupportedError                    (35: not supported yet)
@@ -32,6 +35,9 @@ exception here.
     ├── OutOfOrderSequenceError             (45)
     ├── InvalidTxnStateError                (48)
     ├── FencedLeaderEpochError              (74, retriable: a stale leader or ISR change)
+    ├── NonEmptyGroupError                  (68: the group still has active members)
+    ├── GroupIdNotFoundError                (69)
+    ├── FencedInstanceIdError               (82: a newer member took the static instance id)
     ├── InvalidRecordError                  (87: does not fit the topic's schema)
     ├── ProducerFencedError                 (90)
     └── IllegalStateError                   (-1: client used out of order, e.g. after close)
@@ -105,6 +111,13 @@ class BrokerNotAvailableError(RaystreamError):
     invalid_metadata = True
 
 
+class CoordinatorNotAvailableError(RaystreamError):
+    """The group coordinator is not reachable right now (starting or restarting)."""
+
+    code = 15
+    retriable = True
+
+
 class RecordTooLargeError(RaystreamError):
     """A record or batch exceeds ``max.message.bytes`` / ``max_request_size``."""
 
@@ -132,6 +145,18 @@ class IllegalGenerationError(RaystreamError):
 
 class CommitFailedError(IllegalGenerationError):
     """An offset commit was refused: the member's generation is stale (rebalanced)."""
+
+
+class InconsistentGroupProtocolError(RaystreamError):
+    """A member's assignment strategies share none with the group's other members."""
+
+    code = 23
+
+
+class UnknownMemberIdError(RaystreamError):
+    """The coordinator does not know the member (expired, left, or never joined)."""
+
+    code = 25
 
 
 class RebalanceInProgressError(RaystreamError):
@@ -195,6 +220,24 @@ class InvalidTxnStateError(RaystreamError):
     code = 48
 
 
+class NonEmptyGroupError(RaystreamError):
+    """The operation needs a group without active members (e.g. resetting offsets)."""
+
+    code = 68
+
+
+class GroupIdNotFoundError(RaystreamError):
+    """The consumer group does not exist."""
+
+    code = 69
+
+
+class FencedInstanceIdError(RaystreamError):
+    """A newer member joined with this static member's ``group_instance_id``."""
+
+    code = 82
+
+
 class InvalidRecordError(RaystreamError):
     """A record does not fit the topic (schema, type, or a key a compacted topic needs)."""
 
@@ -231,10 +274,13 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         NotLeaderError,
         RaystreamTimeoutError,
         BrokerNotAvailableError,
+        CoordinatorNotAvailableError,
         RecordTooLargeError,
         InvalidTopicError,
         NotEnoughReplicasError,
         IllegalGenerationError,
+        InconsistentGroupProtocolError,
+        UnknownMemberIdError,
         RebalanceInProgressError,
         AuthorizationError,
         UnsupportedError,
@@ -245,6 +291,9 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         InvalidRequestError,
         OutOfOrderSequenceError,
         InvalidTxnStateError,
+        NonEmptyGroupError,
+        GroupIdNotFoundError,
+        FencedInstanceIdError,
         InvalidRecordError,
         FencedLeaderEpochError,
         ProducerFencedError,

@@ -75,7 +75,13 @@ class TopicDescription:
 
 @dataclass(frozen=True)
 class GroupDescription:
-    """A consumer group's state, members and offsets."""
+    """A consumer group's state, members and offsets.
+
+    ``state`` is Kafka's: "Empty", "PreparingRebalance" or "Stable". ``members`` maps
+    member ids to their partitions; ``lag`` is the high watermark minus the committed
+    offset; ``protocol`` is the assignment strategy in use; ``instance_ids`` gives
+    static members' ``group_instance_id`` (None for dynamic members).
+    """
 
     group_id: str
     state: str
@@ -83,3 +89,5 @@ class GroupDescription:
     members: dict[str, list[TopicPartition]]
     offsets: dict[TopicPartition, int]
     lag: dict[TopicPartition, int]
+    protocol: str | None = None
+    instance_ids: dict[str, str | None] = field(default_factory=dict)

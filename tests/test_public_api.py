@@ -11,6 +11,7 @@ API = {
     "Admin",
     "Cluster",
     "Consumer",
+    "ConsumerGroup",
     "ConsumerRecord",
     "GroupDescription",
     "Log",

@@ -24,6 +24,7 @@ import pyarrow as pa
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
 from raystream.actors.replica import ReplicaActor
 from raystream.config import BrokerConfig
 from raystream.controller.metadata import (
@@ -43,6 +44,7 @@ from raystream.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log import Log, LogConfig
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
@@ -776,12 +778,48 @@ class Controller:
             value_schema=topic.schema(),
         )
 
+    # ------------------------------------------------------------- coordinators
+
+    def find_coordinator(self) -> Result:
+        """The group coordinator's handle, starting it (and ``__consumer_offsets``) on
+        first use, as Kafka creates its offsets topic on the first FindCoordinator."""
+        try:
+            with self._lock:
+                if OFFSETS_TOPIC not in self.topics:
+                    self._create_offsets_topic()
+                partitions = len(self.topics[OFFSETS_TOPIC].partitions)
+                coordinator = GroupCoordinatorActor.options(
+                    name=COORDINATOR_NAME,
+                    namespace=self.namespace,
+                    lifetime="detached",
+                    max_restarts=-1,
+                    num_cpus=0,
+                    get_if_exists=True,
+                ).remote(self.namespace, self.broker.data_dir, partitions)
+                return Result(value=coordinator)
+        except Exception as error:
+            return failure(error)
+
+    def _create_offsets_topic(self) -> None:
+        replication = min(self.broker.offsets_topic_replication_factor, len(alive_nodes()))
+        self.create_topic(
+            OFFSETS_TOPIC,
+            self.broker.offsets_topic_num_partitions,
+            max(replication, 1),
+            {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
+        ).unwrap()
+
+    def _stop_coordinator(self) -> None:
+        with contextlib.suppress(ValueError):
+            ray.kill(ray.get_actor(COORDINATOR_NAME, namespace=self.namespace), no_restart=True)
+
     # ------------------------------------------------------------------ lifecycle
 
     def shutdown(self) -> Result:
         """Close every replica cleanly and stop it; data stays on disk."""
         self._stopping.set()
         self._monitor_thread.join(timeout=10)
+        self._stop_coordinator()
         with self._lock:
             for topic in self.topics.values():
                 self._stop_replicas(topic, delete_data=False)

@@ -8,6 +8,7 @@ printed as one line naming what was wrong, with exit status 1.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -95,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-offset", type=int)
+    target.add_argument(
+        "--to-datetime", help="ISO 8601, e.g. 2026-11-21T09:00:00 (local time unless it has a zone)"
+    )
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -316,17 +320,32 @@ def _groups(args: argparse.Namespace, cluster: Any) -> int:
         for group in admin.list_groups():
             print(group)
     elif args.action == "describe":
-        description = admin.describe_group(args.group)
-        print(
-            f"group {description.group_id}: {description.state}, "
-            f"generation {description.generation}"
-        )
-        for tp, offset in sorted(description.offsets.items()):
-            print(f"  {tp.topic}-{tp.partition}: offset {offset} lag {description.lag.get(tp)}")
+        d = admin.describe_group(args.group)
+        protocol = f", strategy {d.protocol}" if d.protocol else ""
+        print(f"group {d.group_id}: {d.state}, generation {d.generation}{protocol}")
+        owner = {tp: m for m, tps in d.members.items() for tp in tps}
+        print(f"{'PARTITION':<32} {'OFFSET':>12} {'LAG':>10}  MEMBER")
+        for tp in sorted(set(d.offsets) | set(owner)):
+            offset = d.offsets.get(tp, "-")
+            lag = d.lag.get(tp, "-")
+            name = f"{tp.topic}-{tp.partition}"
+            print(f"{name:<32} {offset:>12} {lag:>10}  {owner.get(tp, '-')}")
+        idle = [m for m, tps in d.members.items() if not tps]
+        for member in idle:
+            print(f"{'(idle)':<32} {'':>12} {'':>10}  {member}")
     else:
-        to = "earliest" if args.to_earliest else "latest" if args.to_latest else args.to_offset
-        admin.reset_offsets(args.group, args.topic, to)
-        print(f"reset offsets of group {args.group} on {args.topic} to {to}")
+        if args.to_datetime is not None:
+            try:
+                to = datetime.datetime.fromisoformat(args.to_datetime)
+            except ValueError:
+                print(f"error: --to-datetime {args.to_datetime!r} is not ISO 8601", file=sys.stderr)
+                return EXIT_ERROR
+        else:
+            to = "earliest" if args.to_earliest else "latest" if args.to_latest else args.to_offset
+        offsets = admin.reset_offsets(args.group, args.topic, to)
+        print(f"reset offsets of group {args.group} on {args.topic} to {to}:")
+        for tp, offset in sorted(offsets.items()):
+            print(f"  {tp.topic}-{tp.partition}: {offset}")
     return 0
 
 

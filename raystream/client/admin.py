@@ -1,19 +1,22 @@
-"""The Admin client: topics, configs and (with consumer groups) groups.
+"""The Admin client: topics, configs and consumer groups.
 
-Names follow kafka-python's KafkaAdminClient where they exist; every call goes to the
-controller actor, which validates and answers with an error code that becomes one of
-:mod:`raystream.errors`.
+Names follow kafka-python's KafkaAdminClient where they exist. Topic calls go to the
+controller actor and group calls to the group coordinator; both validate and answer
+with an error code that becomes one of :mod:`raystream.errors`.
 """
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
-from raystream.errors import InvalidRequestError, UnsupportedError
-from raystream.types import GroupDescription, TopicDescription
+from raystream.client.consumer import Consumer
+from raystream.errors import InvalidRequestError
+from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 
 class Admin:
@@ -102,22 +105,99 @@ class Admin:
         return result
 
     def list_groups(self) -> list[str]:
-        """Consumer group ids."""
-        raise UnsupportedError(_GROUPS)
+        """Ids of the consumer groups with members or committed offsets, sorted."""
+        return self.cluster.coordinator_call("list_groups")
 
     def describe_group(self, group_id: str) -> GroupDescription:
-        """A consumer group's state, members, offsets and lag."""
-        raise UnsupportedError(_GROUPS)
+        """A consumer group's state, generation, members' partitions, offsets and lag.
 
-    def reset_offsets(self, group_id: str, topic: str, to: str | int) -> None:
-        """Move a group's committed offsets on ``topic``."""
-        raise UnsupportedError(_GROUPS)
+        Lag is the high watermark minus the committed offset, per committed partition.
+
+        Raises:
+            GroupIdNotFoundError: no such group.
+        """
+        info = self.cluster.coordinator_call("describe_group", group_id)
+        offsets: dict[TopicPartition, int] = info["offsets"]
+        ends = self._offsets_of(sorted(offsets), LATEST_TIMESTAMP)
+        return GroupDescription(
+            group_id=group_id,
+            state=info["state"],
+            generation=info["generation"],
+            members={m: list(d["assignment"]) for m, d in info["members"].items()},
+            offsets=dict(sorted(offsets.items())),
+            lag={tp: max(ends[tp] - offset, 0) for tp, offset in sorted(offsets.items())},
+            protocol=info["protocol"],
+            instance_ids={m: d["group_instance_id"] for m, d in info["members"].items()},
+        )
+
+    def reset_offsets(
+        self, group_id: str, topic: str, to: str | int | datetime.datetime | dict[int, int]
+    ) -> dict[TopicPartition, int]:
+        """Set a group's committed offsets on every partition of ``topic``.
+
+        ``to`` is "earliest", "latest", an offset (every partition), a
+        ``datetime`` (the first offset at or after it; the end where nothing is that
+        new) or ``{partition: offset}``. Refused while the group has active members, as
+        in Kafka (they would overwrite the reset with their next commit). Returns the
+        offsets set.
+
+        Raises:
+            NonEmptyGroupError: the group has members; stop them first.
+            InvalidRequestError: ``to`` is none of the above (the message names it).
+            UnknownTopicOrPartitionError: the topic does not exist.
+        """
+        tps = [
+            TopicPartition(topic, p.partition)
+            for p in self.cluster.topic_metadata(topic, refresh=True).partitions
+        ]
+        if to in ("earliest", "latest"):
+            offsets = self._offsets_of(
+                tps, EARLIEST_TIMESTAMP if to == "earliest" else LATEST_TIMESTAMP
+            )
+        elif isinstance(to, datetime.datetime):
+            offsets = self._offsets_at(tps, int(to.timestamp() * 1000))
+        elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
+            offsets = dict.fromkeys(tps, to)
+        elif isinstance(to, dict):
+            offsets = {}
+            for partition, offset in to.items():
+                tp = TopicPartition(topic, partition)
+                if tp not in tps or not isinstance(offset, int) or offset < 0:
+                    raise InvalidRequestError(
+                        f"reset_offsets: {partition!r}: {offset!r} is not an existing "
+                        f"partition of {topic!r} with an offset >= 0"
+                    )
+                offsets[tp] = offset
+        else:
+            raise InvalidRequestError(
+                f"reset_offsets to={to!r}: use 'earliest', 'latest', an offset >= 0, a "
+                "datetime or {partition: offset}"
+            )
+        items = [(tp.topic, tp.partition, offset, "") for tp, offset in offsets.items()]
+        self.cluster.coordinator_call("reset_offsets", group_id, items)
+        return offsets
+
+    def _offsets_of(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        if not tps:
+            return {}
+        consumer = Consumer(cluster=self.cluster, enable_auto_commit=False)
+        try:
+            if timestamp == EARLIEST_TIMESTAMP:
+                return consumer.beginning_offsets(tps)
+            return consumer.end_offsets(tps)
+        finally:
+            consumer.close()
+
+    def _offsets_at(
+        self, tps: list[TopicPartition], timestamp_ms: int
+    ) -> dict[TopicPartition, int]:
+        consumer = Consumer(cluster=self.cluster, enable_auto_commit=False)
+        try:
+            found = consumer.offsets_for_times(dict.fromkeys(tps, timestamp_ms))
+            ends = consumer.end_offsets(tps)
+        finally:
+            consumer.close()
+        return {tp: ends[tp] if found[tp] is None else found[tp] for tp in tps}
 
     def close(self) -> None:
         """Nothing to release; kept for kafka-python compatibility."""
-
-
-_GROUPS = (
-    "consumer groups are not supported by this raystream version yet; use "
-    "Consumer.assign() with offsets the application keeps"
-)

@@ -21,6 +21,7 @@ from raystream.client.transport import wait_result
 from raystream.config import BrokerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
     InvalidConfigError,
     UnknownTopicOrPartitionError,
 )
@@ -105,6 +106,7 @@ class Cluster:
         self._data_dir = data_dir
         self.controller = controller
         self._metadata: dict[str, TopicMetadata] = {}
+        self._coordinator: Any = None
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -139,6 +141,44 @@ class Cluster:
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
         return answer.unwrap() if isinstance(answer, Result) else answer
+
+    def coordinator(self, refresh: bool = False) -> Any:
+        """The group coordinator actor's handle (the controller starts it on first use)."""
+        with self._lock:
+            cached = self._coordinator
+        if cached is not None and not refresh:
+            return cached
+        handle = self.call("find_coordinator")
+        with self._lock:
+            self._coordinator = handle
+        return handle
+
+    def coordinator_call(
+        self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
+    ) -> Any:
+        """Call a group coordinator method and return its value, raising its error.
+
+        While the coordinator restarts (Ray brings it back after a crash, and it reloads
+        ``__consumer_offsets``) the call is retried until ``timeout_s``.
+        """
+        deadline = time.monotonic() + timeout_s
+        backoff_s = 0.05
+        refresh = False
+        while True:
+            try:
+                answer = wait_result(
+                    getattr(self.coordinator(refresh), method).remote(*args),
+                    max(deadline - time.monotonic(), 0.001),
+                    f"group coordinator {method}",
+                )
+            except (BrokerNotAvailableError, CoordinatorNotAvailableError):
+                if time.monotonic() + backoff_s >= deadline:
+                    raise
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 1.0)
+                refresh = True
+                continue
+            return answer.unwrap() if isinstance(answer, Result) else answer
 
     def _find_controller(self) -> Any:
         """The namespace's controller if it is alive or restarting, else None."""
@@ -216,6 +256,7 @@ class Cluster:
         ray.kill(self.controller, no_restart=True)
         with self._lock:
             self._metadata.clear()
+            self._coordinator = None
 
     def __repr__(self) -> str:
         return f"Cluster(namespace={self.namespace!r}, data_dir={self._data_dir!r})"

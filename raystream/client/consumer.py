@@ -13,13 +13,19 @@ OffsetOutOfRange resets the position by ``auto_offset_reset`` like Kafka (or rai
 when it is "none"). Dead replica actors and retriable errors are retried after a
 metadata refresh without surfacing.
 
-Consumer groups are not there yet: without group coordination, ``subscribe()`` assigns
-**every** partition of the subscribed topics to this consumer (and picks up partitions
-added later, checking every ``metadata_max_age_ms``). ``group_id`` is accepted, but
-``commit()``, ``commit_async()`` and ``committed()`` raise
-:class:`~raystream.errors.UnsupportedError` until group coordination arrives; without a
-``group_id`` they raise :class:`~raystream.errors.InvalidRequestError`, as there is no
-group to commit for. Auto-commit (in ``poll()`` and ``close()``) is skipped until then.
+With a ``group_id``, ``subscribe()`` makes the consumer a member of that consumer
+group (:mod:`raystream.client.membership`): the group coordinator shares the
+subscribed topics' partitions among the members, each partition starts from the
+group's committed offset, and the rebalance listener runs on this thread inside
+``poll()``. Offsets are committed with ``commit()`` / ``commit_async()``, every
+``auto_commit_interval_ms`` from ``poll()`` when ``enable_auto_commit``, before
+partitions are revoked, and at ``close()``. ``assign()`` with a ``group_id`` reads the
+given partitions from the group's committed offsets and commits outside the
+membership (allowed while the group has no members), as in Kafka.
+
+Without a ``group_id``, ``subscribe()`` assigns **every** partition of the subscribed
+topics to this consumer (and picks up partitions added later, checking every
+``metadata_max_age_ms``), and there is no group to commit for.
 
 Not thread-safe (like kafka-python's): use a Consumer from one thread.
 
@@ -32,6 +38,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,13 +48,15 @@ import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.fetcher import Drained, Fetcher, PartitionState
+from raystream.client.membership import CommitCallback, GroupMembership
 from raystream.config import KafkaConfig, require
 from raystream.errors import (
+    CommitFailedError,
     IllegalStateError,
     InvalidRequestError,
     UnknownTopicOrPartitionError,
-    UnsupportedError,
 )
+from raystream.groups.assignors import ASSIGNORS
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.records import (
     BYTES_SCHEMA,
@@ -63,10 +72,11 @@ AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
-_GROUPS_LATER = (
-    "consumer groups arrive with the group coordinator, which this raystream does not "
-    "have yet; track positions with position() and seek() meanwhile"
-)
+GROUP_SLICE_S = 0.02
+"""While a rebalance is under way, poll() waits in slices this long so that it applies
+the join's answer as soon as it arrives."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +84,21 @@ class ConsumerConfig(KafkaConfig):
     """A consumer's settings (kafka-python's names and defaults).
 
     Attributes:
-        group_id: the consumer group (accepted; groups are not coordinated yet).
+        group_id: the consumer group (None: no group, nothing to commit).
+        group_instance_id: makes the member static: a restart with the same id within
+            ``session_timeout_ms`` gets its partitions back without a rebalance.
+        client_id: names the member in the group (member ids start with it).
         auto_offset_reset: where a partition without a valid position starts:
             "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
         enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).
         isolation_level: "read_uncommitted" or "read_committed".
         max_poll_records: records one ``poll()`` returns at most.
-        session_timeout_ms, heartbeat_interval_ms, partition_assignment_strategy:
-            group membership settings (used once groups arrive).
+        session_timeout_ms: a member silent this long is evicted, its partitions move.
+        heartbeat_interval_ms: how often the member heartbeats (well below the above).
+        max_poll_interval_ms: a member whose application does not call ``poll()`` for
+            this long leaves the group (and rejoins at its next poll).
+        partition_assignment_strategy: a strategy name, or a list of names in
+            preference order: "range", "roundrobin", "sticky", "cooperative-sticky".
         fetch_max_wait_ms: how long a leader holds a fetch that finds no new data.
         fetch_min_bytes: the leader answers a fetch once this much data is there.
         fetch_max_bytes, max_partition_fetch_bytes: bytes one fetch may return; each
@@ -95,6 +112,8 @@ class ConsumerConfig(KafkaConfig):
     """
 
     group_id: str | None = None
+    group_instance_id: str | None = None
+    client_id: str = "raystream-consumer"
     auto_offset_reset: str = "latest"
     enable_auto_commit: bool = True
     auto_commit_interval_ms: int = 5000
@@ -102,6 +121,7 @@ class ConsumerConfig(KafkaConfig):
     max_poll_records: int = 500
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300_000
     partition_assignment_strategy: Any = "cooperative-sticky"
     fetch_max_wait_ms: int = 500
     fetch_min_bytes: int = 1
@@ -139,6 +159,28 @@ class ConsumerConfig(KafkaConfig):
             self.group_id,
             "expected a non-empty string or None",
         )
+        for name in ("group_instance_id", "client_id"):
+            value = getattr(self, name)
+            require(
+                value is None or (isinstance(value, str) and value != ""),
+                owner,
+                name,
+                value,
+                "expected a non-empty string",
+            )
+        strategies = self.partition_assignment_strategy
+        if isinstance(strategies, str):
+            strategies = [strategies]
+        require(
+            isinstance(strategies, (list, tuple))
+            and len(strategies) > 0
+            and all(s in ASSIGNORS for s in strategies),
+            owner,
+            "partition_assignment_strategy",
+            self.partition_assignment_strategy,
+            f"use one or a list of {', '.join(ASSIGNORS)}",
+        )
+        object.__setattr__(self, "partition_assignment_strategy", list(strategies))
         require(
             isinstance(self.enable_auto_commit, bool),
             owner,
@@ -151,6 +193,7 @@ class ConsumerConfig(KafkaConfig):
             ("max_poll_records", 1),
             ("session_timeout_ms", 1),
             ("heartbeat_interval_ms", 1),
+            ("max_poll_interval_ms", 1),
             ("fetch_max_wait_ms", 0),
             ("fetch_min_bytes", 0),
             ("fetch_max_bytes", 1),
@@ -213,7 +256,9 @@ class Consumer:
         max_poll_records: int = 500,
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300_000,
         partition_assignment_strategy: Any = "cooperative-sticky",
+        group_instance_id: str | None = None,
         key_deserializer: Callable[[bytes], Any] | None = None,
         value_deserializer: Callable[[Any], Any] | None = None,
         fetch_max_wait_ms: int = 500,
@@ -235,7 +280,9 @@ class Consumer:
             max_poll_records=max_poll_records,
             session_timeout_ms=session_timeout_ms,
             heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
             partition_assignment_strategy=partition_assignment_strategy,
+            group_instance_id=group_instance_id,
             fetch_max_wait_ms=fetch_max_wait_ms,
             fetch_min_bytes=fetch_min_bytes,
             fetch_max_bytes=fetch_max_bytes,
@@ -270,6 +317,20 @@ class Consumer:
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._live: _LiveBatch | None = None
         self._closed = False
+        self._group: GroupMembership | None = None
+        if self.config.group_id is not None:
+            self._group = GroupMembership(
+                self.cluster,
+                self.config.group_id,
+                self.config.group_instance_id,
+                self.config.client_id,
+                self.config.partition_assignment_strategy,
+                self.config.session_timeout_ms,
+                self.config.heartbeat_interval_ms,
+                self.config.max_poll_interval_ms,
+                owner=self,
+            )
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         if topics:
             self.subscribe(list(topics))
 
@@ -278,11 +339,14 @@ class Consumer:
     def subscribe(self, topics: Iterable[str] | str, listener: Any = None) -> None:
         """Subscribe to ``topics`` (a list, or one name), replacing any subscription.
 
-        Without consumer groups this assigns **all** partitions of the topics to this
-        consumer; partitions added later join the assignment within
-        ``metadata_max_age_ms``. ``listener`` (kafka-python's
-        ConsumerRebalanceListener: ``on_partitions_revoked(partitions)``,
-        ``on_partitions_assigned(partitions)``) hears of the changes.
+        With a ``group_id`` the consumer joins its group at the next ``poll()`` and reads
+        the partitions the group assigns it. Without one, it reads **all** partitions
+        of the topics; partitions added later join within ``metadata_max_age_ms``.
+        ``listener`` (kafka-python's ConsumerRebalanceListener:
+        ``on_partitions_revoked(partitions)``, ``on_partitions_assigned(partitions)``,
+        and optionally ``on_partitions_lost(partitions)``, for partitions taken away
+        without a chance to commit; revoked is called when it is missing) hears of
+        the changes, on this thread, inside ``poll()``.
 
         Raises:
             InvalidRequestError: ``topics`` is empty or not topic names.
@@ -310,7 +374,10 @@ class Consumer:
             self.cluster.topic_metadata(name)
         self._subscription = list(dict.fromkeys(names))
         self._listener = listener
-        self._update_subscription(refresh=False)
+        if self._group is not None:
+            self._group.subscribe(self._subscription)
+        else:
+            self._update_subscription(refresh=False)
 
     def _update_subscription(self, refresh: bool) -> None:
         """Assign every partition of the subscribed topics (no group coordination)."""
@@ -333,8 +400,47 @@ class Consumer:
 
     def _notify(self, method: str, partitions: set[TopicPartition]) -> None:
         callback = getattr(self._listener, method, None)
+        if callback is None and method == "on_partitions_lost":
+            callback = getattr(self._listener, "on_partitions_revoked", None)
         if callback is not None:
             callback(partitions)
+
+    # The group membership's calls (MembershipOwner), on this thread, inside poll().
+
+    def revoke_partitions(self, partitions: set[TopicPartition]) -> None:
+        """Commit what was consumed of ``partitions``, tell the listener, drop them."""
+        self._settle(stop=True)
+        if self.config.enable_auto_commit:
+            try:
+                self._commit_positions(partitions)
+            except CommitFailedError as error:
+                logger.warning("commit before revoking %s failed: %s", _tps(partitions), error)
+        self._notify("on_partitions_revoked", partitions)
+        self._fetcher.assign([tp for tp in self._fetcher.assignment() if tp not in partitions])
+
+    def assign_partitions(
+        self, added: set[TopicPartition], assignment: set[TopicPartition]
+    ) -> None:
+        """Read ``assignment``; ``added`` start from the group's committed offsets."""
+        self._settle(stop=True)
+        kept = [tp for tp in self._fetcher.assignment() if tp in assignment]
+        self._fetcher.assign(kept + sorted(assignment - set(kept)))
+        self._seek_committed(added)
+        self._notify("on_partitions_assigned", added)
+
+    def lose_partitions(self, partitions: set[TopicPartition]) -> None:
+        """Drop ``partitions`` without committing: the group may have moved them."""
+        self._settle(stop=True)
+        self._notify("on_partitions_lost", partitions)
+        self._fetcher.assign([tp for tp in self._fetcher.assignment() if tp not in partitions])
+
+    def _seek_committed(self, partitions: Iterable[TopicPartition]) -> None:
+        """Position ``partitions`` at the group's committed offsets (others: reset policy)."""
+        partitions = list(partitions)
+        if self._group is None or not partitions:
+            return
+        for tp, offset in self._group.committed(partitions).items():
+            self._fetcher.seek(tp, offset)
 
     def subscription(self) -> set[str]:
         """The subscribed topic names (empty when partitions were assigned)."""
@@ -363,7 +469,9 @@ class Consumer:
         tps = list(dict.fromkeys(self._topic_partition(tp, "assign") for tp in partitions))
         for tp in tps:
             self.cluster.require_partition(tp.topic, tp.partition)
+        new = [tp for tp in tps if tp not in set(self._fetcher.assignment())]
         self._fetcher.assign(tps)
+        self._seek_committed(new)
         self._user_assignment = bool(tps)
 
     def unsubscribe(self) -> None:
@@ -372,8 +480,12 @@ class Consumer:
         self._settle(stop=True)
         if self._subscription:
             revoked = set(self._fetcher.assignment())
-            if revoked:
+            if revoked and self._group is not None:
+                self.revoke_partitions(revoked)
+            elif revoked:
                 self._notify("on_partitions_revoked", revoked)
+            if self._group is not None:
+                self._group.leave()
         self._fetcher.assign([])
         self._subscription = []
         self._listener = None
@@ -438,9 +550,32 @@ class Consumer:
             )
         if advance:
             self._settle(stop=True)
-        if self._subscription and time.monotonic() >= self._next_metadata_check:
-            self._update_subscription(refresh=True)
-        return self._fetcher.poll(max_records, timeout_ms / 1000, advance)
+        if self._group is None:
+            if self._subscription and time.monotonic() >= self._next_metadata_check:
+                self._update_subscription(refresh=True)
+            return self._fetcher.poll(max_records, timeout_ms / 1000, advance)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._group_step()
+            remaining = deadline - time.monotonic()
+            wait_s = min(remaining, GROUP_SLICE_S) if self._group.rebalancing else remaining
+            drained = self._fetcher.poll(max_records, max(wait_s, 0.0), advance)
+            if drained or time.monotonic() >= deadline:
+                return drained
+
+    def _group_step(self) -> None:
+        """Group work due at a poll: rebalances, commit callbacks, auto-commit."""
+        assert self._group is not None
+        self._settle(stop=False)
+        if self._subscription:
+            self._group.step()
+        else:
+            self._group.finish_commits()
+        if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+            offsets = self._positions(self._fetcher.assignment())
+            if offsets:
+                self._group.commit_async(offsets, None)
 
     def _records(self, drained: Drained, cursor: Iterator[int] | None = None) -> Any:
         """The drained rows as a list of records, or made lazily along ``cursor``."""
@@ -641,32 +776,83 @@ class Consumer:
     # ------------------------------------------------------------------ commit
 
     def commit(self, offsets: dict[TopicPartition, Any] | None = None) -> None:
-        """Commit offsets for the group (not supported before consumer groups).
+        """Commit offsets for the group and wait until they are stored (acks=all).
+
+        ``offsets`` maps partitions to the next offset to read (an int, or kafka-python's
+        OffsetAndMetadata-like ``(offset, metadata)``); None commits the current
+        positions of every assigned partition, i.e. everything returned so far.
 
         Raises:
-            InvalidRequestError: the consumer has no group_id.
-            UnsupportedError: consumer groups are not there yet.
+            InvalidRequestError: no group_id, or a bad offset (the message names it).
+            CommitFailedError: the group rebalanced and this member's generation is
+                stale, or it was evicted (its partitions may be someone else's now).
         """
-        self._require_group("commit")
+        group = self._require_group("commit")
+        self._settle(stop=False)
+        offsets = self._checked_offsets(offsets, "commit")
+        if offsets:
+            group.commit(offsets)
 
     def commit_async(
-        self, offsets: dict[TopicPartition, Any] | None = None, callback: Any = None
+        self,
+        offsets: dict[TopicPartition, Any] | None = None,
+        callback: CommitCallback | None = None,
     ) -> None:
-        """Commit offsets asynchronously (not supported before consumer groups)."""
-        self._require_group("commit_async")
+        """Commit like :meth:`commit` without waiting; ``callback(offsets, error)`` runs
+        on this thread during a later ``poll()`` (or ``close()``); error is None on success."""
+        group = self._require_group("commit_async")
+        self._settle(stop=False)
+        offsets = self._checked_offsets(offsets, "commit_async")
+        if offsets:
+            group.commit_async(offsets, callback)
 
     def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of ``tp`` (not supported before consumer groups)."""
-        self._require_group("committed")
-        return None
+        """The group's committed offset of ``tp`` (None if none), asked of the coordinator."""
+        group = self._require_group("committed")
+        tp = self._existing(tp, "committed")
+        return group.committed([tp]).get(tp)
 
-    def _require_group(self, what: str) -> None:
+    def _require_group(self, what: str) -> GroupMembership:
         self._check_open()
-        if self.config.group_id is None:
+        if self._group is None:
             raise InvalidRequestError(
                 f"{what}() needs a group_id: offsets are committed for a consumer group"
             )
-        raise UnsupportedError(f"{what}() for group {self.config.group_id!r}: {_GROUPS_LATER}")
+        return self._group
+
+    def _checked_offsets(self, offsets: Any, what: str) -> dict[TopicPartition, int]:
+        if offsets is None:
+            return self._positions(self._fetcher.assignment())
+        if not isinstance(offsets, dict):
+            raise InvalidRequestError(
+                f"{what} takes a dict {{TopicPartition: offset}}, not {type(offsets).__name__}"
+            )
+        checked: dict[TopicPartition, int] = {}
+        for tp, value in offsets.items():
+            tp = self._existing(tp, what)
+            offset = value[0] if isinstance(value, tuple) else getattr(value, "offset", value)
+            if not _is_int(offset) or offset < 0:
+                raise InvalidRequestError(
+                    f"{what}: offset {value!r} for {tp.topic}-{tp.partition} must be an "
+                    "integer >= 0 (the next offset to read)"
+                )
+            checked[tp] = int(offset)
+        return checked
+
+    def _positions(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Positions of the given assigned partitions that have one (no resets)."""
+        positions = {}
+        for tp in partitions:
+            state = self._fetcher.state(tp, "commit")
+            if state.position is not None:
+                positions[tp] = state.position
+        return positions
+
+    def _commit_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        assert self._group is not None
+        offsets = self._positions(partitions)
+        if offsets:
+            self._group.commit(offsets)
 
     # ------------------------------------------------------------ flow control
 
@@ -719,14 +905,25 @@ class Consumer:
     # ------------------------------------------------------------------- close
 
     def close(self, autocommit: bool = True) -> None:
-        """Stop fetching (in-flight fetches are cancelled); idempotent.
+        """Leave the group and stop fetching (in-flight fetches are cancelled); idempotent.
 
-        ``autocommit`` would commit the positions of a group consumer; it is a no-op
-        until consumer groups arrive. Every later call raises IllegalStateError.
+        With ``autocommit`` (and ``enable_auto_commit``) a group consumer first commits
+        its positions, so a successor starts where this one stopped. A static member
+        (``group_instance_id``) does not leave: its partitions wait for it until its
+        session times out. Every later call raises IllegalStateError.
         """
         if self._closed:
             return
         self._settle(stop=True)
+        if self._group is not None:
+            if autocommit and self.config.enable_auto_commit:
+                try:
+                    self._commit_positions(self._fetcher.assignment())
+                except Exception as error:  # closing goes on; the group notices the gap
+                    logger.warning("commit at close failed: %s", error)
+            if self._subscription:
+                self._notify("on_partitions_revoked", set(self._fetcher.assignment()))
+            self._group.close()
         self._closed = True
         self._fetcher.close()
 
@@ -763,6 +960,10 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
+
+
+def _tps(partitions: Iterable[TopicPartition]) -> str:
+    return " ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(partitions))
 
 
 def _is_int(value: Any) -> bool:

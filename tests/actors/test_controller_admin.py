@@ -22,7 +22,6 @@ from raystream.errors import (
     InvalidTopicError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
-    UnsupportedError,
 )
 from raystream.records import build_batch
 
@@ -259,8 +258,3 @@ def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
     ray.kill(leader, no_restart=False)
     wait_until_leader(leader, old_pid)
     assert fetch_all(cluster, "phoenix") == [b"before"]
-
-
-def test_group_operations_say_they_are_not_supported_yet(shared) -> None:
-    with pytest.raises(UnsupportedError, match="consumer groups"):
-        shared.admin().list_groups()

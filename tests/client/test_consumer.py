@@ -28,7 +28,6 @@ from raystream.errors import (
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
-    UnsupportedError,
 )
 from raystream.records import build_batch
 from raystream.types import ConsumerRecord, TopicPartition
@@ -677,7 +676,7 @@ def test_bad_config_is_refused_by_name(shared_cluster):
     )
 
 
-def test_commits_need_consumer_groups(idle_topic, consumers):
+def test_commits_need_a_group_id(idle_topic, consumers):
     topic = idle_topic
     tp = TopicPartition(topic, 0)
     without_group = consumers(topic)
@@ -685,12 +684,6 @@ def test_commits_need_consumer_groups(idle_topic, consumers):
         without_group.commit()
     with pytest.raises(InvalidRequestError, match="needs a group_id"):
         without_group.committed(tp)
-    grouped = consumers(topic, group_id="g")
-    assert grouped.assignment() == {tp}  # no coordination yet: every partition
-    for call in (grouped.commit, grouped.commit_async, lambda: grouped.committed(tp)):
-        with pytest.raises(UnsupportedError, match="consumer groups arrive with"):
-            call()
-    grouped.close()  # autocommit is skipped, not an error
 
 
 # ------------------------------------------------------------------- closing

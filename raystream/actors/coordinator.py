@@ -1,0 +1,404 @@
+"""The group coordinator actor: consumer-group membership and committed offsets.
+
+One per cluster, detached and named, started by the controller the first time a client
+asks for it (``find_coordinator``), restarted by Ray when it dies. A thin async shell:
+:class:`~raystream.groups.group.Group` holds the rules, the internal topic
+``__consumer_offsets`` holds the state (written with ``acks=all`` before a commit is
+acknowledged), and a restarted coordinator rebuilds every group by replaying that
+topic, so committed offsets and stable memberships survive it.
+
+A join is a call that stays open until the group's rebalance completes (every member
+rejoined, or the rebalance timeout passed), then answers with the member's assignment.
+A background tick expires sessions, completes timed-out rebalances, and starts a
+rebalance when a subscribed topic gains partitions. Every method answers with a
+:class:`~raystream.protocol.Result` (an error code, never an exception), so bad input
+never kills the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import ray
+
+from raystream.errors import (
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+    UnknownTopicOrPartitionError,
+)
+from raystream.groups.group import STABLE, Group
+from raystream.groups.offsets_topic import (
+    OFFSETS_TOPIC,
+    GroupStore,
+    OffsetAndMetadata,
+    group_record,
+    offset_records,
+    partition_for,
+)
+from raystream.protocol import CONTROLLER_NAME, Result, failure
+from raystream.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+COORDINATOR_NAME = "raystream-group-coordinator"
+TICK_S = 0.1
+METADATA_CHECK_S = 2.0
+"""How often stable groups look for new partitions of their topics."""
+
+
+class GroupCoordinator:
+    """Kafka's group coordinator for every group of one raystream cluster.
+
+    Args:
+        namespace: the cluster's namespace (to find the controller).
+        data_dir: the cluster's data dir (for the internal clients' Cluster handle).
+        partitions: how many partitions ``__consumer_offsets`` has.
+    """
+
+    def __init__(self, namespace: str, data_dir: str, partitions: int) -> None:
+        self._namespace = namespace
+        self._data_dir = data_dir
+        self._partitions = partitions
+        self._store = GroupStore()
+        self._cluster: Any = None
+        self._producer: Any = None
+        self._loading: asyncio.Future | None = None
+        self._waiters: dict[str, dict[str, asyncio.Future]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tick_task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ startup
+
+    async def _ready(self) -> None:
+        """Load the groups from ``__consumer_offsets`` once, before the first request."""
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._loading)
+
+    async def _load(self) -> None:
+        # The clients import the actors package (to start the controller): import late.
+        from raystream.client.cluster import Cluster
+        from raystream.client.producer import Producer
+
+        def connect() -> Any:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+            return Cluster(self._namespace, self._data_dir, controller)
+
+        self._cluster = await asyncio.to_thread(connect)
+        self._store = await asyncio.to_thread(self._replay)
+        self._producer = Producer(cluster=self._cluster, acks="all", linger_ms=0)
+        self._tick_task = asyncio.ensure_future(self._tick_loop())
+        logger.info("group coordinator loaded %d groups", len(self._store.groups))
+
+    def _replay(self) -> GroupStore:
+        from raystream.client.consumer import Consumer
+
+        store = GroupStore()
+        tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(self._partitions)]
+        consumer = Consumer(
+            cluster=self._cluster,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+        )
+        try:
+            consumer.assign(tps)
+            end = consumer.end_offsets(tps)
+            now = time.monotonic()
+            while any(consumer.position(tp) < end[tp] for tp in tps):
+                store.replay(consumer.poll_arrow(timeout_ms=1000), now)
+        finally:
+            consumer.close(autocommit=False)
+        return store
+
+    # ------------------------------------------------------------------ members
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        topics: list[str],
+        strategies: list[str],
+        owned: list[tuple[str, int]],
+        owned_generation: int,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> Result:
+        """Join (or rejoin) a group; answers once the rebalance gives an assignment.
+
+        The answer's value is an :class:`~raystream.groups.group.Assigned`.
+        """
+        try:
+            await self._ready()
+            _check_group_id(group_id)
+            group = self._store.groups.setdefault(group_id, Group(group_id))
+            old_member = member_id
+            outcome = group.join(
+                member_id,
+                group_instance_id,
+                client_id,
+                topics,
+                strategies,
+                owned,
+                owned_generation,
+                session_timeout_ms / 1000,
+                rebalance_timeout_ms / 1000,
+                time.monotonic(),
+            )
+            if not outcome.wait:
+                if outcome.member_id != old_member:  # a static member came back
+                    await self._write(group_id, group_record(group))
+                return Result(value=group.assigned(outcome.member_id))
+            waiters = self._waiters.setdefault(group_id, {})
+            previous = waiters.pop(outcome.member_id, None)
+            if previous is not None and not previous.done():
+                previous.set_result(failure(UnknownMemberIdError("superseded by a newer join")))
+            answer = asyncio.get_running_loop().create_future()
+            waiters[outcome.member_id] = answer
+            await self._maybe_complete(group)
+            return await answer
+        except Exception as error:
+            return failure(error)
+
+    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> Result:
+        """Keep a member's session alive; the error says when to rejoin."""
+        try:
+            await self._ready()
+            self._group(group_id).heartbeat(member_id, generation, time.monotonic())
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    async def leave_group(self, group_id: str, member_id: str) -> Result:
+        """A closing member leaves; the others rebalance at once."""
+        try:
+            await self._ready()
+            group = self._group(group_id)
+            group.leave(member_id, time.monotonic())
+            self._fail_waiter(group_id, member_id)
+            if not group.members:
+                await self._write(group_id, group_record(group))
+            await self._maybe_complete(group)
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: list[tuple[str, int, int, str]],
+    ) -> Result:
+        """Commit ``(topic, partition, offset, metadata)`` items, all or none.
+
+        Members pass their id and generation; others (admin, consumers using
+        ``assign()``) pass "" and -1, accepted only while the group has no members.
+        """
+        try:
+            await self._ready()
+            _check_group_id(group_id)
+            committed = _offsets(offsets)
+            group = self._store.groups.setdefault(group_id, Group(group_id))
+            group.check_commit(member_id, generation)
+            await self._write(group_id, offset_records(group_id, committed))
+            self._store.offsets.setdefault(group_id, {}).update(committed)
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None = None
+    ) -> Result:
+        """The group's committed offsets (of ``partitions``, default all), by TopicPartition."""
+        try:
+            await self._ready()
+            _check_group_id(group_id)
+            committed = self._store.offsets.get(group_id, {})
+            wanted = committed if partitions is None else [TopicPartition(*p) for p in partitions]
+            return Result(value={tp: committed[tp].offset for tp in wanted if tp in committed})
+        except Exception as error:
+            return failure(error)
+
+    async def reset_offsets(
+        self, group_id: str, offsets: list[tuple[str, int, int, str]]
+    ) -> Result:
+        """Overwrite committed offsets of a group without active members (admin)."""
+        try:
+            await self._ready()
+            _check_group_id(group_id)
+            committed = _offsets(offsets)
+            group = self._store.groups.setdefault(group_id, Group(group_id))
+            group.check_inactive("reset_offsets")
+            await self._write(group_id, offset_records(group_id, committed))
+            self._store.offsets.setdefault(group_id, {}).update(committed)
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    # -------------------------------------------------------------------- admin
+
+    async def list_groups(self) -> Result:
+        """Ids of the groups that have members or committed offsets, sorted."""
+        try:
+            await self._ready()
+            ids = {g for g, group in self._store.groups.items() if group.members}
+            ids.update(g for g, offsets in self._store.offsets.items() if offsets)
+            return Result(value=sorted(ids))
+        except Exception as error:
+            return failure(error)
+
+    async def describe_group(self, group_id: str) -> Result:
+        """State, generation, protocol, members and their partitions, committed offsets."""
+        try:
+            await self._ready()
+            group = self._group(group_id)
+            description = group.describe()
+            description["offsets"] = {
+                tp: o.offset for tp, o in self._store.offsets.get(group_id, {}).items()
+            }
+            return Result(value=description)
+        except Exception as error:
+            return failure(error)
+
+    async def ping(self) -> bool:
+        """Liveness check (and load trigger)."""
+        await self._ready()
+        return True
+
+    # ---------------------------------------------------------------- rebalance
+
+    async def _maybe_complete(self, group: Group) -> None:
+        """Complete the group's rebalance if it is ready, and answer the waiting joins."""
+        lock = self._locks.setdefault(group.group_id, asyncio.Lock())
+        async with lock:
+            if not group.ready(time.monotonic()):
+                return
+            counts = await asyncio.to_thread(self._partition_counts, group.subscribed_topics())
+            if not group.ready(time.monotonic()):
+                return
+            late = group.complete(counts, time.monotonic())
+            if late:
+                logger.info("group %s: %s did not rejoin in time", group.group_id, late)
+            try:
+                await self._write(group.group_id, group_record(group))
+            except Exception:  # the members still get their assignment; logged
+                logger.exception("group %s: could not store its membership", group.group_id)
+            waiters = self._waiters.pop(group.group_id, {})
+            for member_id, answer in waiters.items():
+                if answer.done():
+                    continue
+                if member_id in group.members:
+                    answer.set_result(Result(value=group.assigned(member_id)))
+                else:
+                    answer.set_result(
+                        failure(UnknownMemberIdError(f"{member_id} was removed from the group"))
+                    )
+
+    def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Partition counts of the existing topics among ``topics`` (blocking)."""
+        assert self._cluster is not None
+        counts = {}
+        for topic in topics:
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                counts[topic] = len(self._cluster.topic_metadata(topic, refresh=True).partitions)
+        return counts
+
+    async def _tick_loop(self) -> None:
+        """Expire sessions, finish timed-out rebalances, notice new partitions."""
+        next_metadata_check = time.monotonic() + METADATA_CHECK_S
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                now = time.monotonic()
+                for group in list(self._store.groups.values()):
+                    for member_id in group.expire(now):
+                        logger.info("group %s: session of %s expired", group.group_id, member_id)
+                        self._fail_waiter(group.group_id, member_id)
+                    if group.ready(now):
+                        await self._maybe_complete(group)
+                if now >= next_metadata_check:
+                    next_metadata_check = now + METADATA_CHECK_S
+                    await self._check_partition_counts()
+            except Exception:  # the loop must survive anything; logged
+                logger.exception("group coordinator tick failed")
+
+    async def _check_partition_counts(self) -> None:
+        stable = [g for g in self._store.groups.values() if g.state == STABLE and g.members]
+        if not stable:
+            return
+        topics = set().union(*(g.subscribed_topics() for g in stable))
+        counts = await asyncio.to_thread(self._partition_counts, topics)
+        for group in stable:
+            if group.partitions_changed(counts, time.monotonic()):
+                logger.info("group %s: partitions changed, rebalancing", group.group_id)
+
+    def _fail_waiter(self, group_id: str, member_id: str) -> None:
+        answer = self._waiters.get(group_id, {}).pop(member_id, None)
+        if answer is not None and not answer.done():
+            answer.set_result(failure(UnknownMemberIdError(f"{member_id} left the group")))
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _write(self, group_id: str, table: Any) -> None:
+        """Append to the group's partition of ``__consumer_offsets`` with acks=all."""
+        assert self._producer is not None
+        partition = partition_for(group_id, self._partitions)
+        await asyncio.to_thread(self._producer.send_batch, OFFSETS_TOPIC, table, partition)
+
+    def _group(self, group_id: str) -> Group:
+        _check_group_id(group_id)
+        group = self._store.groups.get(group_id)
+        if group is None:
+            if group_id in self._store.offsets:
+                group = self._store.groups[group_id] = Group(group_id)
+                return group
+            raise GroupIdNotFoundError(f"consumer group {group_id!r} does not exist")
+        return group
+
+
+def _check_group_id(group_id: Any) -> None:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidRequestError(f"group_id must be a non-empty string, not {group_id!r}")
+
+
+def _offsets(items: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Validated ``(topic, partition, offset, metadata)`` items as a commit."""
+    committed: dict[TopicPartition, OffsetAndMetadata] = {}
+    now_ms = int(time.time() * 1000)
+    for item in items:
+        try:
+            topic, partition, offset, metadata = item
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                f"an offset commit item must be (topic, partition, offset, metadata), not {item!r}"
+            ) from None
+        if not isinstance(topic, str) or not topic:
+            raise InvalidRequestError(f"commit: topic must be a non-empty string, not {topic!r}")
+        for name, value in (("partition", partition), ("offset", offset)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidRequestError(
+                    f"commit: {name} of {topic}-{partition} must be an integer >= 0, not {value!r}"
+                )
+        if not isinstance(metadata, str):
+            raise InvalidRequestError(f"commit: metadata must be a string, not {metadata!r}")
+        committed[TopicPartition(topic, partition)] = OffsetAndMetadata(offset, metadata, now_ms)
+    if not committed:
+        raise InvalidRequestError("commit: no offsets given")
+    return committed
+
+
+GroupCoordinatorActor = ray.remote(GroupCoordinator)
+"""The coordinator as a Ray actor class (the one place it becomes one)."""
+
+__all__ = ["COORDINATOR_NAME", "GroupCoordinator", "GroupCoordinatorActor"]

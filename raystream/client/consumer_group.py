@@ -1,0 +1,202 @@
+"""``rs.ConsumerGroup``: a consumer group whose members are Ray actors.
+
+The Ray way to scale consumption: N actors (placed by Ray anywhere in the cluster),
+each a member of one consumer group, each applying the same function to the batches
+it polls and committing after the function succeeds (at-least-once). The group
+coordinator shares the partitions among them and moves them when members come, go or
+crash; Ray restarts crashed members.
+
+Example:
+    >>> def score(table):                                        # doctest: +SKIP
+    ...     print(table.num_rows)
+    >>> group = rs.ConsumerGroup(cluster, ["orders"], "scorers", score, members=3)
+    >>> group.scale(4)                                           # doctest: +SKIP
+    >>> group.stop()                                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import ray
+
+from raystream.actors.member import ARROW, RECORDS, GroupMemberActor
+from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.errors import GroupIdNotFoundError, InvalidRequestError, RaystreamError
+
+logger = logging.getLogger(__name__)
+
+MODES = (ARROW, RECORDS)
+
+
+class ConsumerGroup:
+    """Run ``fn`` over ``topics`` with ``members`` Ray actors of consumer group ``group_id``.
+
+    Args:
+        cluster: the cluster (None: :func:`raystream.connect`).
+        topics: a topic name or a list of them.
+        group_id: the consumer group the actors join (its committed offsets are where
+            a new member starts; ``auto_offset_reset`` defaults to "earliest").
+        fn: the function applied to each polled batch: a ``pyarrow.Table`` with
+            ``mode="arrow"`` (the columns of ``Consumer.poll_arrow()``), a list of
+            ConsumerRecord with ``mode="records"``. It runs inside the actors, so it
+            must be picklable (cloudpickle: closures and lambdas are fine).
+        members: how many member actors to start.
+        mode: "arrow" (default: columnar, no per-record objects) or "records".
+        consumer_config: further Consumer options for every member (e.g.
+            ``session_timeout_ms``, ``partition_assignment_strategy``).
+        actor_options: Ray options for the member actors (e.g. ``num_cpus``,
+            ``resources``); by default a member asks for no CPU, like the servers.
+        autoscale: ``(min_members, max_members)`` to size the group by consumer lag:
+            every ``autoscale_interval_s`` it aims at ``ceil(lag / lag_per_member)``
+            members within those bounds. The check runs on a thread of this object.
+        lag_per_member, autoscale_interval_s: autoscaling knobs.
+
+    Raises:
+        InvalidRequestError: a bad argument (the message names it).
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster | None,
+        topics: str | Iterable[str],
+        group_id: str,
+        fn: Callable[[Any], Any],
+        members: int = 1,
+        mode: str = ARROW,
+        consumer_config: dict[str, Any] | None = None,
+        actor_options: dict[str, Any] | None = None,
+        autoscale: tuple[int, int] | None = None,
+        lag_per_member: int = 100_000,
+        autoscale_interval_s: float = 10.0,
+    ) -> None:
+        self.cluster = resolve_cluster(cluster)
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
+            raise InvalidRequestError(f"ConsumerGroup topics must be topic names: {topics!r}")
+        for topic in self.topics:
+            self.cluster.topic_metadata(topic)
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidRequestError(
+                f"ConsumerGroup group_id must be a non-empty string: {group_id!r}"
+            )
+        if not callable(fn):
+            raise InvalidRequestError(f"ConsumerGroup fn must be callable, not {fn!r}")
+        if mode not in MODES:
+            raise InvalidRequestError(f"ConsumerGroup mode={mode!r}: use 'arrow' or 'records'")
+        _check_count(members, "members", 0)
+        if autoscale is not None:
+            low, high = autoscale
+            _check_count(low, "autoscale minimum", 0)
+            _check_count(high, "autoscale maximum", max(low, 1))
+            members = min(max(members, low), high)
+        self.group_id = group_id
+        self._fn = fn
+        self._mode = mode
+        self._consumer_config = dict(consumer_config or {})
+        self._actor_options = {"num_cpus": 0, "max_restarts": -1, **(actor_options or {})}
+        self._members: list[Any] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self.scale(members)
+        self._autoscaler: threading.Thread | None = None
+        if autoscale is not None:
+            self._autoscaler = threading.Thread(
+                target=self._autoscale,
+                args=(autoscale, lag_per_member, autoscale_interval_s),
+                name=f"raystream-autoscale-{group_id}",
+                daemon=True,
+            )
+            self._autoscaler.start()
+
+    @property
+    def members(self) -> list[Any]:
+        """The member actors' handles (kill one to see the group rebalance)."""
+        with self._lock:
+            return list(self._members)
+
+    def scale(self, members: int) -> None:
+        """Add or remove member actors until there are ``members``; the group rebalances.
+
+        Removed members finish their batch, commit and leave, so their partitions move
+        without waiting for a session timeout.
+        """
+        _check_count(members, "members", 0)
+        with self._lock:
+            while len(self._members) < members:
+                self._members.append(
+                    GroupMemberActor.options(**self._actor_options).remote(
+                        self.cluster,
+                        self.topics,
+                        self.group_id,
+                        self._fn,
+                        self._mode,
+                        self._consumer_config,
+                    )
+                )
+            removed = self._members[members:]
+            del self._members[members:]
+        if removed:
+            ray.get([m.stop.remote() for m in removed])
+            for member in removed:
+                ray.kill(member, no_restart=True)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each member's status (processed, batches, failures, last_error, assignment);
+        a member being restarted by Ray reports ``{"alive": False}``."""
+        statuses = []
+        for member in self.members:
+            try:
+                statuses.append(ray.get(member.status.remote(), timeout=30))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                statuses.append({"alive": False})
+        return statuses
+
+    def processed(self) -> int:
+        """Records processed by the current members (restarted members start at 0)."""
+        return sum(s.get("processed", 0) for s in self.status())
+
+    def lag(self) -> int:
+        """The group's total lag (high watermarks minus committed offsets)."""
+        try:
+            return sum(self.cluster.admin().describe_group(self.group_id).lag.values())
+        except GroupIdNotFoundError:
+            return 0
+
+    def stop(self) -> None:
+        """Stop every member (each commits and leaves) and the autoscaler; idempotent."""
+        self._stopped.set()
+        if self._autoscaler is not None:
+            self._autoscaler.join(timeout=30)
+        self.scale(0)
+
+    def __enter__(self) -> ConsumerGroup:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerGroup({self.group_id!r}, topics={self.topics}, members={len(self.members)})"
+        )
+
+    def _autoscale(self, bounds: tuple[int, int], lag_per_member: int, interval_s: float) -> None:
+        low, high = bounds
+        while not self._stopped.wait(interval_s):
+            try:
+                target = min(max(math.ceil(self.lag() / lag_per_member), low), high)
+                if target != len(self.members) and not self._stopped.is_set():
+                    logger.info("group %s: scaling to %d members", self.group_id, target)
+                    self.scale(target)
+            except RaystreamError as error:  # the next round tries again
+                logger.warning("group %s: autoscaling check failed: %s", self.group_id, error)
+
+
+def _check_count(value: Any, what: str, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise InvalidRequestError(f"ConsumerGroup {what}={value!r} must be an integer >= {low}")

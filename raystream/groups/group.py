@@ -1,0 +1,482 @@
+"""One consumer group's membership and rebalance rules, as plain data and functions.
+
+The group coordinator actor feeds this class the members' requests and the clock; it
+answers with what each member should do. No Ray and no clock reading here, so the
+rules are tested directly (``now`` is always an argument, in seconds).
+
+The protocol is Kafka's classic group protocol with one simplification: the
+coordinator runs the assignor itself (as Kafka's KIP-848 protocol does), so a join
+answers with the member's assignment and there is no separate SyncGroup round trip.
+Everything else keeps Kafka's meaning:
+
+* **Generations.** Each completed rebalance bumps the generation; heartbeats and
+  offset commits from an older generation are refused, which is what stops a member
+  that was evicted (or paused too long) from committing over its successor.
+* **States.** ``Empty`` (no members), ``PreparingRebalance`` (waiting for every
+  member to rejoin, at most the largest rebalance timeout, i.e. the members'
+  ``max_poll_interval_ms``; members that do not rejoin in time are removed),
+  ``Stable`` (everyone has its assignment). Kafka's ``CompletingRebalance`` is not
+  needed since the assignment is computed the moment the last member joins.
+* **Triggers.** A new member, a member leaving, a member's session expiring
+  (``session_timeout_ms`` without a heartbeat), a member rejoining with a changed
+  subscription or owned set (the cooperative follow-up), and a change of the
+  subscribed topics' partition counts all start a rebalance.
+* **Static membership.** A member with a ``group_instance_id`` that comes back (with
+  a new member id) while the group is stable and its subscription is unchanged takes
+  over its old assignment without a rebalance; the old member id is fenced.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from raystream.errors import (
+    CommitFailedError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from raystream.groups.assignors import MemberSubscription, choose_protocol, get_assignor
+from raystream.types import TopicPartition
+
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+STABLE = "Stable"
+
+NO_GENERATION = -1
+"""The generation of a commit from outside the group (admin, or a consumer with
+``assign()``): accepted only while the group has no members."""
+
+
+@dataclass(slots=True)
+class Member:
+    """A member as the coordinator knows it.
+
+    ``joined`` says whether the member has (re)joined during the rebalance in progress;
+    ``owned`` / ``owned_generation`` are what it reported holding when it joined (the
+    sticky assignors keep them where balance allows).
+    """
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    topics: frozenset[str]
+    strategies: tuple[str, ...]
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    last_seen: float
+    owned: tuple[TopicPartition, ...] = ()
+    owned_generation: int = NO_GENERATION
+    assignment: list[TopicPartition] = field(default_factory=list)
+    joined: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The durable part (what a restarted coordinator needs), JSON-ready."""
+        return {
+            "member_id": self.member_id,
+            "group_instance_id": self.group_instance_id,
+            "client_id": self.client_id,
+            "topics": sorted(self.topics),
+            "strategies": list(self.strategies),
+            "session_timeout_s": self.session_timeout_s,
+            "rebalance_timeout_s": self.rebalance_timeout_s,
+            "assignment": [list(tp) for tp in self.assignment],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], now: float) -> Member:
+        """A member restored by a restarted coordinator; its session restarts at ``now``."""
+        assignment = [TopicPartition(t, p) for t, p in data["assignment"]]
+        return cls(
+            member_id=data["member_id"],
+            group_instance_id=data["group_instance_id"],
+            client_id=data["client_id"],
+            topics=frozenset(data["topics"]),
+            strategies=tuple(data["strategies"]),
+            session_timeout_s=data["session_timeout_s"],
+            rebalance_timeout_s=data["rebalance_timeout_s"],
+            last_seen=now,
+            assignment=assignment,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JoinOutcome:
+    """What a join did: the member's id and whether it must wait for the rebalance."""
+
+    member_id: str
+    wait: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Assigned:
+    """A member's answer once a rebalance completed (or a static member came back)."""
+
+    member_id: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    assignment: list[TopicPartition]
+
+
+class Group:
+    """Membership, generation and assignment of one consumer group.
+
+    Not thread-safe: the coordinator calls it from its event loop only.
+    """
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.generation = 0
+        self.state = EMPTY
+        self.protocol: str | None = None
+        self.leader: str | None = None
+        self.members: dict[str, Member] = {}
+        self.rebalance_deadline = 0.0
+        self.partition_counts: dict[str, int] = {}
+        """Partition counts of the subscribed topics at the last assignment."""
+
+    # ---------------------------------------------------------------- requests
+
+    def join(
+        self,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        topics: Iterable[str],
+        strategies: Iterable[str],
+        owned: Iterable[TopicPartition],
+        owned_generation: int,
+        session_timeout_s: float,
+        rebalance_timeout_s: float,
+        now: float,
+    ) -> JoinOutcome:
+        """Admit a (re)joining member; the outcome says whether to wait for the rebalance.
+
+        ``member_id`` is "" for a member joining for the first time (or after it was
+        evicted); the answer gives it its id.
+
+        Raises:
+            UnknownMemberIdError: ``member_id`` is not "" and not a member (evicted).
+            FencedInstanceIdError: ``member_id`` lost its instance id to a newer member.
+            InconsistentGroupProtocolError: no strategy in common with the members.
+        """
+        topics = frozenset(topics)
+        strategies = tuple(strategies)
+        owned = tuple(TopicPartition(*tp) for tp in owned)
+        self._check_protocol(member_id, strategies)
+        static = self._static_member(group_instance_id)
+        if member_id and member_id not in self.members:
+            if static is not None:
+                raise FencedInstanceIdError(
+                    f"member {member_id!r} of group {self.group_id!r} was replaced by "
+                    f"{static.member_id!r} with group_instance_id {group_instance_id!r}"
+                )
+            raise UnknownMemberIdError(
+                f"group {self.group_id!r} has no member {member_id!r} (expired or left); "
+                "rejoin as a new member"
+            )
+        if not member_id and static is not None:
+            return self._static_rejoin(static, client_id, topics, strategies, now)
+        if not member_id:
+            member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+            self.members[member_id] = Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                topics,
+                strategies,
+                session_timeout_s,
+                rebalance_timeout_s,
+                now,
+                owned,
+                owned_generation,
+            )
+            if self.state != PREPARING_REBALANCE:
+                self._prepare_rebalance(now, joining=member_id)
+            return JoinOutcome(member_id, wait=True)
+        member = self.members[member_id]
+        changed = (
+            member.topics != topics
+            or member.strategies != strategies
+            or set(owned) != set(member.owned)  # e.g. it revoked partitions (cooperative)
+        )
+        member.topics, member.strategies = topics, strategies
+        member.owned, member.owned_generation = owned, owned_generation
+        member.session_timeout_s, member.rebalance_timeout_s = (
+            session_timeout_s,
+            rebalance_timeout_s,
+        )
+        member.last_seen = now
+        member.joined = True
+        if self.state == STABLE and not changed:
+            return JoinOutcome(member_id, wait=False)  # nothing new: its assignment stands
+        if self.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(now, joining=member_id)
+        return JoinOutcome(member_id, wait=True)
+
+    def heartbeat(self, member_id: str, generation: int, now: float) -> None:
+        """Keep a member's session alive.
+
+        Raises:
+            UnknownMemberIdError: the member was evicted or left.
+            IllegalGenerationError: the member is a generation behind (rejoin).
+            RebalanceInProgressError: the group is rebalancing (rejoin).
+        """
+        member = self._member(member_id)
+        member.last_seen = now
+        if self.state == PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {self.group_id!r} is rebalancing; rejoin")
+        if generation != self.generation:
+            raise IllegalGenerationError(
+                f"generation {generation} of group {self.group_id!r} is stale "
+                f"(current: {self.generation}); rejoin"
+            )
+
+    def leave(self, member_id: str, now: float) -> None:
+        """Remove a member that is closing; the others rebalance.
+
+        Raises:
+            UnknownMemberIdError: no such member.
+        """
+        self._member(member_id)
+        self._remove([member_id], now)
+
+    def expire(self, now: float) -> list[str]:
+        """Remove members whose session timed out; returns their ids."""
+        expired = [
+            m.member_id for m in self.members.values() if now - m.last_seen > m.session_timeout_s
+        ]
+        if expired:
+            self._remove(expired, now)
+        return expired
+
+    def check_commit(self, member_id: str, generation: int) -> None:
+        """Refuse an offset commit that must not land.
+
+        A member commits with its generation; outsiders (admin, a consumer using
+        ``assign()``) commit with :data:`NO_GENERATION`, which only an empty group
+        accepts.
+
+        Raises:
+            CommitFailedError: the member is unknown or its generation is stale, or an
+                outsider commits while the group has members; the message says which.
+        """
+        if generation == NO_GENERATION and not member_id:
+            if self.members:
+                raise CommitFailedError(
+                    f"group {self.group_id!r} has active members {sorted(self.members)}; "
+                    "only they may commit its offsets"
+                )
+            return
+        if member_id not in self.members:
+            raise CommitFailedError(
+                f"commit refused: member {member_id!r} is no longer in group "
+                f"{self.group_id!r} (its partitions were reassigned)"
+            )
+        if generation != self.generation:
+            raise CommitFailedError(
+                f"commit refused: generation {generation} of group {self.group_id!r} is "
+                f"stale (current: {self.generation}); the partitions may have moved"
+            )
+
+    def check_inactive(self, what: str) -> None:
+        """Refuse ``what`` while the group has members (Kafka's rule for resets).
+
+        Raises:
+            NonEmptyGroupError: naming the members.
+        """
+        if self.members:
+            raise NonEmptyGroupError(
+                f"{what}: group {self.group_id!r} has active members "
+                f"{sorted(self.members)}; stop them first"
+            )
+
+    # --------------------------------------------------------------- rebalance
+
+    def subscribed_topics(self) -> set[str]:
+        """Every topic some member subscribes to."""
+        return set().union(*(m.topics for m in self.members.values()))
+
+    def ready(self, now: float) -> bool:
+        """Whether a rebalance in progress can complete now."""
+        return self.state == PREPARING_REBALANCE and (
+            all(m.joined for m in self.members.values()) or now >= self.rebalance_deadline
+        )
+
+    def complete(self, partition_counts: Mapping[str, int], now: float) -> list[str]:
+        """Finish the rebalance: drop members that did not rejoin, assign, bump generation.
+
+        Returns the ids of the members dropped for not rejoining in time.
+        """
+        late = [m.member_id for m in self.members.values() if not m.joined]
+        for member_id in late:
+            del self.members[member_id]
+        self.generation += 1
+        self.partition_counts = dict(partition_counts)
+        if not self.members:
+            self.state, self.protocol, self.leader = EMPTY, None, None
+            return late
+        members = sorted(self.members.values(), key=lambda m: m.member_id)
+        self.protocol = choose_protocol([m.strategies for m in members])
+        subscriptions = [
+            MemberSubscription(
+                m.member_id, m.topics, m.owned, m.owned_generation, m.group_instance_id
+            )
+            for m in members
+        ]
+        counts = {t: n for t, n in partition_counts.items() if t in self.subscribed_topics()}
+        assignment = get_assignor(self.protocol).assign(counts, subscriptions)
+        for member in members:
+            member.assignment = assignment[member.member_id]
+            member.last_seen = now
+        self.leader = members[0].member_id
+        self.state = STABLE
+        return late
+
+    def assigned(self, member_id: str) -> Assigned:
+        """A member's answer in the current generation.
+
+        Raises:
+            UnknownMemberIdError: the member is gone (it did not rejoin in time).
+        """
+        member = self._member(member_id)
+        return Assigned(
+            member_id, self.generation, self.protocol, self.leader, list(member.assignment)
+        )
+
+    def partitions_changed(self, partition_counts: Mapping[str, int], now: float) -> bool:
+        """Start a rebalance if a subscribed topic's partition count changed."""
+        if self.state != STABLE:
+            return False
+        relevant = {t: partition_counts.get(t, 0) for t in self.subscribed_topics()}
+        known = {t: self.partition_counts.get(t, 0) for t in relevant}
+        if relevant == known:
+            return False
+        self._prepare_rebalance(now, joining=None)
+        return True
+
+    # ----------------------------------------------------------------- snapshot
+
+    def to_dict(self) -> dict[str, Any]:
+        """The durable state (written to ``__consumer_offsets`` after each rebalance)."""
+        return {
+            "generation": self.generation,
+            "protocol": self.protocol,
+            "leader": self.leader,
+            "partition_counts": self.partition_counts,
+            "members": [m.to_dict() for m in self.members.values()],
+        }
+
+    @classmethod
+    def from_dict(cls, group_id: str, data: Mapping[str, Any], now: float) -> Group:
+        """A group as a restarted coordinator finds it: stable, every session fresh."""
+        group = cls(group_id)
+        group.generation = data["generation"]
+        group.protocol = data["protocol"]
+        group.leader = data["leader"]
+        group.partition_counts = dict(data["partition_counts"])
+        for item in data["members"]:
+            member = Member.from_dict(item, now)
+            group.members[member.member_id] = member
+        group.state = STABLE if group.members else EMPTY
+        return group
+
+    def describe(self) -> dict[str, Any]:
+        """State, generation, protocol and each member's assignment."""
+        return {
+            "state": self.state,
+            "generation": self.generation,
+            "protocol": self.protocol,
+            "leader": self.leader,
+            "members": {
+                m.member_id: {
+                    "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "assignment": list(m.assignment),
+                }
+                for m in self.members.values()
+            },
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    def _member(self, member_id: str) -> Member:
+        member = self.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(
+                f"group {self.group_id!r} has no member {member_id!r} (expired or left); "
+                "rejoin as a new member"
+            )
+        return member
+
+    def _static_member(self, group_instance_id: str | None) -> Member | None:
+        if group_instance_id is None:
+            return None
+        for member in self.members.values():
+            if member.group_instance_id == group_instance_id:
+                return member
+        return None
+
+    def _static_rejoin(
+        self,
+        old: Member,
+        client_id: str,
+        topics: frozenset[str],
+        strategies: tuple[str, ...],
+        now: float,
+    ) -> JoinOutcome:
+        """A static member is back with a new id: fence the old id, keep its place."""
+        del self.members[old.member_id]
+        member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
+        old.member_id, old.client_id, old.last_seen = member_id, client_id, now
+        self.members[member_id] = old
+        if self.leader not in self.members:
+            self.leader = member_id
+        if self.state == STABLE and old.topics == topics and old.strategies == strategies:
+            return JoinOutcome(member_id, wait=False)
+        old.topics, old.strategies, old.joined = topics, strategies, True
+        if self.state != PREPARING_REBALANCE:
+            self._prepare_rebalance(now, joining=member_id)
+        return JoinOutcome(member_id, wait=True)
+
+    def _check_protocol(self, member_id: str, strategies: tuple[str, ...]) -> None:
+        if not strategies:
+            raise InvalidRequestError("a member needs at least one assignment strategy")
+        for name in strategies:
+            try:
+                get_assignor(name)
+            except ValueError as error:
+                raise InvalidRequestError(str(error)) from None
+        others = [m.strategies for m in self.members.values() if m.member_id != member_id]
+        if others and not set(strategies).intersection(*map(set, others)):
+            raise InconsistentGroupProtocolError(
+                f"assignment strategies {list(strategies)} share none with the other "
+                f"members of group {self.group_id!r} ({sorted(set().union(*others))})"
+            )
+
+    def _prepare_rebalance(self, now: float, joining: str | None) -> None:
+        self.state = PREPARING_REBALANCE
+        for member in self.members.values():
+            member.joined = member.member_id == joining
+        self.rebalance_deadline = now + max(
+            (m.rebalance_timeout_s for m in self.members.values()), default=0.0
+        )
+
+    def _remove(self, member_ids: list[str], now: float) -> None:
+        for member_id in member_ids:
+            del self.members[member_id]
+        if self.state == PREPARING_REBALANCE:
+            return  # the rebalance in progress goes on without them
+        if self.members:
+            self._prepare_rebalance(now, joining=None)
+        else:
+            self.generation += 1  # stale commits of the departed are refused
+            self.state, self.protocol, self.leader = EMPTY, None, None
