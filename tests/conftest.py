@@ -50,6 +50,13 @@ def ray_session() -> Iterator[None]:
         ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def start_local_ray(ray_session: None) -> Callable[[], None]:
+    """:func:`ensure_local_ray`, for fixtures of other conftests with a wider scope than
+    a test (they cannot use ``local_ray``)."""
+    return ensure_local_ray
+
+
 @pytest.fixture
 def local_ray(ray_session: None) -> None:
     """The session's single-node Ray, started again if a multi-node test stopped it."""

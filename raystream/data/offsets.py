@@ -26,6 +26,7 @@ Data's readers both work from.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
@@ -147,6 +148,28 @@ def resolve(
             )
         resolved[partition] = offset
     return resolved
+
+
+def limit_ends(
+    starts: dict[int, int], ends: dict[int, int], max_offsets: int | None
+) -> dict[int, int]:
+    """``ends`` brought down to about ``max_offsets`` offsets in all past ``starts``.
+
+    Spark's ``maxOffsetsPerTrigger`` rule: each partition gets a share of the limit in
+    proportion to its backlog, rounded down, except that a share below one offset is
+    rounded up, so every partition with a backlog moves. Example: starts {0: 0, 1: 0},
+    ends {0: 100, 1: 300}, max_offsets 40 -> {0: 10, 1: 30}.
+    """
+    backlog = {p: ends[p] - starts[p] for p in ends}
+    total = sum(backlog.values())
+    if max_offsets is None or total <= max_offsets:
+        return dict(ends)
+    limited = {}
+    for partition, size in backlog.items():
+        share = max_offsets * size / total
+        share = math.ceil(share) if share < 1 else math.floor(share)
+        limited[partition] = min(starts[partition] + share, ends[partition])
+    return limited
 
 
 def bounds_of(cluster: Any, topic: str) -> dict[int, tuple[int, int]]:

@@ -13,7 +13,9 @@ ordinary Ray tasks that Ray schedules, retries and accounts for.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -60,13 +62,21 @@ def write_topic(
     selected = df.select(
         *_columns(cluster.topic_metadata(topic), df.columns, key_column, value_column)
     )
-    with warnings.catch_warnings():  # RayDP reads the deprecated DataFrame.sql_ctx
-        warnings.filterwarnings("ignore", "DataFrame.sql_ctx", UserWarning)
+    with _quiet_raydp():
         ds = from_spark_recoverable(selected)
     try:
         return write_dataset(ds, topic, cluster=cluster, **producer_config)
     finally:
-        release_spark_recoverable(selected)
+        with _quiet_raydp():
+            release_spark_recoverable(selected)
+
+
+@contextlib.contextmanager
+def _quiet_raydp() -> Iterator[None]:
+    """RayDP reads the deprecated ``DataFrame.sql_ctx``: not the user's business."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "DataFrame.sql_ctx", UserWarning)
+        yield
 
 
 def _columns(
