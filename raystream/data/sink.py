@@ -5,8 +5,8 @@ with ``send_batch`` (bulk produce: the block is partitioned with numpy, Kafka's 
 mapping for keyed rows, and sent as a few large requests), so only Arrow batches cross
 process boundaries. The columns are ``send_batch``'s: ``value`` (binary or string) and
 optional ``key``, ``headers``, ``timestamp`` for a byte topic; the schema's columns for
-a typed topic. The dataset's schema is checked against the topic on the driver before
-any write task starts.
+a typed topic. A block that does not fit fails its write task with
+:class:`~raystream.errors.InvalidRecordError`, which ``write_topic`` raises.
 
 Delivery is the producer's: at least once, acknowledged with ``acks`` ("all" by
 default) before ``write_topic`` returns. A failed task may have written part of its
@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import pyarrow as pa
 import ray.data
 from ray.data.block import Block, BlockAccessor
 from ray.data.datasource import Datasink, WriteResult
@@ -26,7 +25,6 @@ from ray.exceptions import RayTaskError
 
 from raystream.client.cluster import resolve_cluster
 from raystream.errors import RaystreamError
-from raystream.records import batch_from_table
 
 
 def write_topic(
@@ -72,13 +70,8 @@ class TopicDatasink(Datasink[int]):
         self._topic = topic
         self._key_column = key_column
         self._producer_config = producer_config
-        self._record_schema = cluster.topic_metadata(topic).record_schema
         self.written = 0
-
-    def on_write_start(self, schema: pa.Schema | None = None) -> None:
-        """Check the dataset's columns against the topic before any task writes."""
-        if schema is not None:
-            batch_from_table(schema.empty_table(), self._record_schema, self._key_column, 0)
+        cluster.topic_metadata(topic)  # an unknown topic fails here, before any task
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> int:
         """Send every block with one producer; the rows acknowledged."""

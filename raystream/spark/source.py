@@ -94,7 +94,7 @@ def read_topic(
         blocks.extend(refs[:-1])
     if not blocks:
         blocks.append(ray.put(ipc_stream(schema.empty_table())))
-    frame = _to_dataframe(spark, blocks, schema)
+    frame = blocks_to_dataframe(spark, blocks, schema)
     pins.pin(frame, blocks)
     return frame
 
@@ -111,6 +111,10 @@ def kafka_table(table: pa.Table, topic: str, partition: int, timestamp_type: int
     millis = table.column("timestamp")
     columns: dict[str, Any] = {"key": table.column("key")}
     columns.update(value_columns(table.column("value")))
+    for name, column in list(columns.items()):
+        wanted = spark_arrow_type(column.type)
+        if wanted != column.type:
+            columns[name] = column.cast(wanted)
     for name, column in (
         ("topic", pa.repeat(pa.scalar(topic, pa.string()), count)),
         ("partition", pa.repeat(pa.scalar(partition, pa.int32()), count)),
@@ -121,6 +125,23 @@ def kafka_table(table: pa.Table, topic: str, partition: int, timestamp_type: int
     ):
         columns.setdefault(name, column)  # a typed topic's own column of that name wins
     return pa.table(columns)
+
+
+def spark_arrow_type(dtype: pa.DataType) -> pa.DataType:
+    """``dtype`` as Spark's JVM reads Arrow: timestamps in microseconds (a timestamp
+    without a time zone is taken as UTC), dates in days; lists and structs inside out.
+
+    Example: ``timestamp[ms]`` -> ``timestamp[us, tz=UTC]``; ``int64`` stays.
+    """
+    if pa.types.is_timestamp(dtype):
+        return pa.timestamp("us", tz=dtype.tz or "UTC")
+    if pa.types.is_date64(dtype):
+        return pa.date32()
+    if pa.types.is_list(dtype) or pa.types.is_large_list(dtype):
+        return pa.list_(dtype.value_field.with_type(spark_arrow_type(dtype.value_type)))
+    if pa.types.is_struct(dtype):
+        return pa.struct([f.with_type(spark_arrow_type(f.type)) for f in dtype])
+    return dtype
 
 
 def ipc_stream(table: pa.Table) -> bytes:
@@ -157,7 +178,7 @@ def _raise_failure(ref: Any) -> None:
         raise
 
 
-def _to_dataframe(spark: SparkSession, blocks: list[Any], schema: pa.Schema) -> DataFrame:
+def blocks_to_dataframe(spark: SparkSession, blocks: list[Any], schema: pa.Schema) -> DataFrame:
     """A DataFrame over IPC-stream blocks in Ray's object store, through RayDP's JVM
     reader (what ``ray_dataset_to_spark_dataframe`` does for such blocks, without
     fetching one to the driver to look at its type)."""
