@@ -35,7 +35,8 @@ import ray
 import raystream as rs
 from raystream.data.offsets import plan
 from raystream.data.reader import read_range
-from raystream.spark.source import blocks_to_dataframe, ipc_stream, kafka_table
+from raystream.spark.blocks import ipc_stream, kafka_table
+from raystream.spark.source import blocks_to_dataframe
 
 VALUE_BYTES = 100
 PRODUCE_ROWS = 200_000

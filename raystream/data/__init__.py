@@ -12,8 +12,28 @@ Offset options are Spark's Kafka source's (see :mod:`raystream.data.offsets`), s
 with ``rs.spark``; both read partitions with :func:`raystream.data.reader.read_range`.
 """
 
-from raystream.data.live import iter_topic
-from raystream.data.sink import write_topic
-from raystream.data.source import read_topic
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raystream.data.live import iter_topic
+    from raystream.data.sink import write_topic
+    from raystream.data.source import read_topic
+
+# Loaded on first use: Spark's read tasks import this package's reader, not Ray Data.
+_LAZY = {
+    "iter_topic": "raystream.data.live",
+    "read_topic": "raystream.data.source",
+    "write_topic": "raystream.data.sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raystream.data' has no attribute {name!r}")
+
 
 __all__ = ["iter_topic", "read_topic", "write_topic"]

@@ -12,12 +12,36 @@ reach it as Arrow through Ray's object store, with no JVM Kafka connector::
     rs.spark.stop()
 
 Offset options are Spark's Kafka source's, shared with ``rs.data``
-(:mod:`raystream.data.offsets`).
+(:mod:`raystream.data.offsets`). The names load on first use, so that Ray workers
+running the read tasks of :mod:`raystream.spark.blocks` never import pyspark.
 """
 
-from raystream.spark.session import session, stop
-from raystream.spark.sink import write_topic
-from raystream.spark.source import read_topic, release
-from raystream.spark.stream import StreamingQuery, stream
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raystream.spark.session import session, stop
+    from raystream.spark.sink import write_topic
+    from raystream.spark.source import read_topic, release
+    from raystream.spark.stream import StreamingQuery, stream
+
+_LAZY = {
+    "StreamingQuery": "raystream.spark.stream",
+    "read_topic": "raystream.spark.source",
+    "release": "raystream.spark.source",
+    "session": "raystream.spark.session",
+    "stop": "raystream.spark.session",
+    "stream": "raystream.spark.stream",
+    "write_topic": "raystream.spark.sink",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'raystream.spark' has no attribute {name!r}")
+
 
 __all__ = ["StreamingQuery", "read_topic", "release", "session", "stop", "stream", "write_topic"]
