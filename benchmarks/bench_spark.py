@@ -48,6 +48,12 @@ def timed(action: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
+def report(figures: dict[str, float]) -> dict[str, float]:
+    for name, seconds in figures.items():
+        print(f"  {name}: {seconds:.2f} s", flush=True)
+    return figures
+
+
 def fill(cluster: rs.Cluster, topic: str, records: int) -> None:
     """``records`` 100-byte values, keyless (spread over the partitions)."""
     table = pa.table({"value": pa.array([b"v" * VALUE_BYTES] * PRODUCE_ROWS, pa.binary())})
@@ -85,6 +91,7 @@ def bench_read(cluster: rs.Cluster, spark: Any, n: int) -> dict[str, float]:
     df, read_s = timed(lambda: rs.spark.read_topic(spark, "source"))
     count_s, group_s = spark_queries(df, n)
     rs.spark.release(df)
+    print(f"read_topic {read_s:.2f} s (Ray tasks), count {count_s:.2f} s", flush=True)
     return {
         "read_topic + count": read_s + count_s,
         "read_topic: groupBy on the snapshot": group_s,
@@ -154,9 +161,9 @@ def main() -> None:
             cluster, app_name="bench-spark", executor_cores=2, executor_memory="4g"
         )
         spark.range(1000).count()  # warm the executor up
-        figures.update(bench_read(cluster, spark, n))
-        figures.update(bench_ceilings(cluster, spark, n))
-        figures.update(bench_write(cluster, spark, n_write))
+        figures.update(report(bench_read(cluster, spark, n)))
+        figures.update(report(bench_ceilings(cluster, spark, n)))
+        figures.update(report(bench_write(cluster, spark, n_write)))
         rs.spark.stop()
         cluster.shutdown()
     finally:

