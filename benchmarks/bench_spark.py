@@ -148,7 +148,13 @@ def main() -> None:
     n = args.records
     n_write = args.write_records or n
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
+    ray.init(
+        address="local",  # a Ray of its own, even if a `ray start` cluster is running
+        num_cpus=8,
+        include_dashboard=False,
+        logging_level="error",
+        log_to_driver=False,
+    )
     figures: dict[str, float] = {}
     try:
         cluster = rs.connect(namespace="bench-spark", data_dir=data_dir)

@@ -77,3 +77,15 @@ def test_the_storage_engine_imports_without_ray() -> None:
         "import sys, raystream.log, raystream.controller.placement; assert 'ray' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_spark_and_data_export_functions_whatever_was_imported_first() -> None:
+    code = (
+        "import raystream.spark.source, raystream.spark.microbatch, raystream.data.reader; "
+        "import raystream as rs, inspect; "
+        "names = [rs.spark.session, rs.spark.stop, rs.spark.stream, rs.spark.read_topic, "
+        "rs.spark.write_topic, rs.spark.release, rs.data.read_topic, rs.data.write_topic, "
+        "rs.data.iter_topic]; "
+        "assert all(inspect.isfunction(f) for f in names), names"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -20,18 +20,18 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from raystream.spark.session import session, stop
+    from raystream.spark.context import session, stop
+    from raystream.spark.microbatch import StreamingQuery, stream
     from raystream.spark.sink import write_topic
     from raystream.spark.source import read_topic, release
-    from raystream.spark.stream import StreamingQuery, stream
 
 _LAZY = {
-    "StreamingQuery": "raystream.spark.stream",
+    "StreamingQuery": "raystream.spark.microbatch",
     "read_topic": "raystream.spark.source",
     "release": "raystream.spark.source",
-    "session": "raystream.spark.session",
-    "stop": "raystream.spark.session",
-    "stream": "raystream.spark.stream",
+    "session": "raystream.spark.context",
+    "stop": "raystream.spark.context",
+    "stream": "raystream.spark.microbatch",
     "write_topic": "raystream.spark.sink",
 }
 

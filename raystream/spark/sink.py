@@ -24,7 +24,7 @@ from raydp.spark import from_spark_recoverable, release_spark_recoverable
 
 from raystream.data.sink import write_topic as write_dataset
 from raystream.errors import InvalidRecordError
-from raystream.spark.session import attachment
+from raystream.spark.context import attachment
 
 EXTRA_COLUMNS = ("headers", "timestamp")
 """Columns written when the DataFrame has them (Kafka's record headers and timestamp)."""

@@ -34,7 +34,7 @@ from raystream.data import offsets
 from raystream.errors import RaystreamError
 from raystream.records import empty_fetch, record_schema
 from raystream.spark.blocks import ipc_stream, kafka_table, read_blocks
-from raystream.spark.session import attachment
+from raystream.spark.context import attachment
 from raystream.types import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
 
 

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from raystream.data import offsets
 from raystream.errors import InvalidRequestError, RaystreamTimeoutError
-from raystream.spark.session import attachment
+from raystream.spark.context import attachment
 from raystream.spark.source import read_topic, release
 from raystream.types import TopicPartition
 
