@@ -101,7 +101,11 @@ class ListOffsetsResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class PartitionMetadata:
-    """What a client caches about one partition: its leader and how to reach it."""
+    """What a client caches about one partition: its leader and how to reach it.
+
+    ``leader_node`` is the Ray node id the leader runs on (None while offline), so
+    readers can be scheduled next to the data they fetch.
+    """
 
     topic: str
     partition: int
@@ -110,6 +114,7 @@ class PartitionMetadata:
     replicas: list[int]
     isr: list[int]
     leader_handle: Any = None
+    leader_node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
