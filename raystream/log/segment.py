@@ -86,7 +86,9 @@ class LogSegment:
         raised, so the file never keeps a partial batch behind the segment's back.
         """
         position = self.size
-        size = sum(header.size for header in headers)
+        size = 0
+        for header in headers:
+            size += header.size
         if position == 0:
             self.rolling_timestamp = headers[0].max_timestamp
         written = os.writev(self._fd, pieces)
