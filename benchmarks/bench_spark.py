@@ -14,6 +14,9 @@ Measures, with 100-byte values and replication factor 1, in one run:
   ceiling of handing the same DataFrame to Ray (``ray.data.from_spark``, materialized)
   and to producing the same Arrow blocks from Ray alone (``rs.data.write_topic``).
 
+Rounds alternate ours and the ceilings (the machine may be shared); each figure is the
+best of its rounds.
+
 MB/s counts value bytes (N x 100 B). Run:  python -m benchmarks.bench_spark [--records N]
 """
 
@@ -81,60 +84,82 @@ def spark_queries(df: Any, records: int) -> tuple[float, float]:
     return count_s, group_s
 
 
-def bench_read(cluster: rs.Cluster, spark: Any, n: int) -> dict[str, float]:
-    """read_topic of the whole topic, then count and groupBy (after a small warm-up read)."""
+def warm_up(cluster: rs.Cluster, spark: Any) -> None:
+    """A small read and Spark job, so that no round pays for starting workers."""
+    spark.range(1000).count()
     ends = {
         p.partition: min(p.end, p.start + 1000)
         for p in plan(cluster, "source", "earliest", "latest")
     }
     rs.spark.release(rs.spark.read_topic(spark, "source", ending_offsets=ends))
+
+
+def read_round(spark: Any, n: int, ds: Any, blocks: list[Any], schema: pa.Schema) -> dict:
+    """read_topic against both ceilings, one after the other (seconds per figure)."""
     df, read_s = timed(lambda: rs.spark.read_topic(spark, "source"))
     count_s, group_s = spark_queries(df, n)
     rs.spark.release(df)
-    print(f"read_topic {read_s:.2f} s (Ray tasks), count {count_s:.2f} s", flush=True)
-    return {
+    figures = {
         "read_topic + count": read_s + count_s,
         "read_topic: groupBy on the snapshot": group_s,
     }
-
-
-def bench_ceilings(cluster: rs.Cluster, spark: Any, n: int) -> dict[str, float]:
-    """The same Arrow data handed from Ray's object store to Spark, two ways."""
-    tables = topic_as_kafka_tables(cluster, "source")
-    ds = ray.data.from_arrow(tables).materialize()
     df, handoff_s = timed(lambda: ds.to_spark(spark))
     count_s, group_s = spark_queries(df, n)
-    figures = {
-        "ceiling: from_arrow -> to_spark + count": handoff_s + count_s,
-        "ceiling: to_spark groupBy": group_s,
-    }
-    blocks = [ray.put(ipc_stream(t)) for t in tables]
-    df, handoff_s = timed(lambda: blocks_to_dataframe(spark, blocks, tables[0].schema))
+    figures["ceiling: from_arrow -> to_spark + count"] = handoff_s + count_s
+    figures["ceiling: to_spark groupBy"] = group_s
+    df, handoff_s = timed(lambda: blocks_to_dataframe(spark, blocks, schema))
     count_s, group_s = spark_queries(df, n)
     figures["ceiling: IPC blocks -> RayDP reader + count"] = handoff_s + count_s
     figures["ceiling: IPC blocks groupBy"] = group_s
+    print(f"  (read_topic alone: {read_s:.2f} s)", flush=True)
     return figures
 
 
-def bench_write(cluster: rs.Cluster, spark: Any, n: int) -> dict[str, float]:
+def write_round(cluster: rs.Cluster, spark: Any, source: Any, n: int) -> dict:
     """write_topic of a cached DataFrame, the Spark -> Ray handoff, and produce alone."""
-    source = (
-        spark.range(n)
-        .selectExpr(f"CAST(REPEAT('v', {VALUE_BYTES}) AS BINARY) AS value")
-        .repartition(8)
-        .cache()
-    )
-    source.count()
     written, write_s = timed(lambda: rs.spark.write_topic(source, "sink", acks=1))
     assert written == n
     handed, handoff_s = timed(lambda: ray.data.from_spark(source).materialize())
     _, produce_s = timed(lambda: rs.data.write_topic(handed, "sink", cluster=cluster, acks=1))
-    source.unpersist()
     return {
         "write_topic": write_s,
         "ceiling: from_spark (Spark -> Ray)": handoff_s,
         "produce alone: rs.data.write_topic": produce_s,
     }
+
+
+def best_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {name: min(r[name] for r in rounds) for name in rounds[0]}
+
+
+def bench(cluster: rs.Cluster, spark: Any, n: int, n_write: int, rounds: int) -> dict:
+    """Every figure, best of ``rounds`` rounds that alternate ours and the ceilings."""
+    warm_up(cluster, spark)
+    tables = topic_as_kafka_tables(cluster, "source")
+    ds = ray.data.from_arrow(tables).materialize()
+    blocks = [ray.put(ipc_stream(t)) for t in tables]
+    schema = tables[0].schema
+    del tables
+    measured = []
+    for number in range(rounds):
+        print(f"read round {number + 1}", flush=True)
+        measured.append(report(read_round(spark, n, ds, blocks, schema)))
+    figures = best_of(measured)
+    del ds, blocks
+    source = (
+        spark.range(n_write)
+        .selectExpr(f"CAST(REPEAT('v', {VALUE_BYTES}) AS BINARY) AS value")
+        .repartition(8)
+        .cache()
+    )
+    source.count()
+    measured = []
+    for number in range(rounds):
+        print(f"write round {number + 1}", flush=True)
+        measured.append(report(write_round(cluster, spark, source, n_write)))
+    source.unpersist()
+    figures.update(best_of(measured))
+    return figures
 
 
 def main() -> None:
@@ -144,6 +169,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=10_000_000)
     parser.add_argument("--write-records", type=int, default=None, help="default: --records")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="figures are the best of these")
     args = parser.parse_args()
     n = args.records
     n_write = args.write_records or n
@@ -155,7 +181,6 @@ def main() -> None:
         logging_level="error",
         log_to_driver=False,
     )
-    figures: dict[str, float] = {}
     try:
         cluster = rs.connect(namespace="bench-spark", data_dir=data_dir)
         admin = cluster.admin()
@@ -166,10 +191,7 @@ def main() -> None:
         spark = rs.spark.session(
             cluster, app_name="bench-spark", executor_cores=2, executor_memory="4g"
         )
-        spark.range(1000).count()  # warm the executor up
-        figures.update(report(bench_read(cluster, spark, n)))
-        figures.update(report(bench_ceilings(cluster, spark, n)))
-        figures.update(report(bench_write(cluster, spark, n_write)))
+        figures = bench(cluster, spark, n, n_write, args.rounds)
         rs.spark.stop()
         cluster.shutdown()
     finally:
@@ -183,7 +205,7 @@ def main() -> None:
     )
     print(
         f"read: {n:,} records, write: {n_write:,} rows, {VALUE_BYTES}-byte values, "
-        f"{args.partitions} partitions, 1 executor x 2 cores\n"
+        f"{args.partitions} partitions, 1 executor x 2 cores, best of {args.rounds} rounds\n"
     )
     rows = [
         ("read_topic + count", n, "ceiling: from_arrow -> to_spark + count"),

@@ -10,7 +10,7 @@ Arrow there. No record passes through the driver and no Python runs in Spark.
 
 Why IPC streams and not a Ray Dataset of Arrow tables (``ds.to_spark``): for table
 blocks RayDP converts through pandas in Python UDF workers (Arrow to pandas to Arrow
-again), tens of times slower than the JVM decoding the bytes (see BENCHMARKS.md).
+again), five times slower here than the JVM decoding the bytes (see BENCHMARKS.md).
 
 The read happens when ``read_topic`` is called: the DataFrame is a snapshot of the
 offset range, and every action on it (and on DataFrames made from it) reads the same
