@@ -281,20 +281,23 @@ class Log:
             attributes = (ATTR_TRANSACTIONAL if is_transactional else 0) | (
                 ATTR_CONTROL if is_control else 0
             )
-            if config.message_timestamp_type == "LogAppendTime":
+            append_time = config.message_timestamp_type == "LogAppendTime"
+            if append_time:
                 record_batch = _with_timestamp(record_batch, facts.timestamp_index, now)
                 attributes |= ATTR_LOG_APPEND_TIME
+            codec = self._codec(compression)
+            attributes |= CODECS[codec]
+            payload = self._encoder.payload(record_batch, codec)
+            # The time range after serializing: the batch's data is in the CPU cache now.
+            if append_time:
                 base_timestamp = max_timestamp = now
             else:
                 base_timestamp, batch_max = facts.timestamp_range(record_batch, now)
                 max_timestamp = batch_max if max_timestamp is None else max_timestamp
-            codec = self._codec(compression)
-            attributes |= CODECS[codec]
             count = record_batch.num_rows
             base_offset = self._segments[-1].next_offset
-            pieces, header = self._encoder.encode(
-                record_batch,
-                codec,
+            pieces, header = self._encoder.seal(
+                payload,
                 base_offset=base_offset,
                 partition_leader_epoch=partition_leader_epoch,
                 attributes=attributes,
@@ -304,6 +307,7 @@ class Log:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                record_count=count,
             )
             if header.size > config.max_message_bytes:
                 raise RecordTooLargeError(

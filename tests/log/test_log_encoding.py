@@ -69,7 +69,9 @@ def test_payload_is_a_standard_arrow_ipc_stream(make_log, codec, kind):
 @pytest.mark.parametrize("codec", [None, "zstd"])
 def test_encoded_pieces_are_header_and_payload_with_a_valid_crc(codec):
     original = big_batch()
-    pieces, header = BatchEncoder().encode(original, codec, **ENCODE_FIELDS)
+    encoder = BatchEncoder()
+    fields = ENCODE_FIELDS | {"record_count": original.num_rows}
+    pieces, header = encoder.seal(encoder.payload(original, codec), **fields)
     assert header.size == sum(map(len, pieces))
     assert header.record_count == original.num_rows
     stored = pa.py_buffer(b"".join(bytes(p) for p in pieces))
