@@ -178,12 +178,16 @@ not joined first, so its serialized body is not copied again before the page cac
 class BatchEncoder:
     """Encodes record batches as stored batches: a header, then an Arrow IPC stream.
 
+    Two steps, so a caller can work out header fields (the time range) between them,
+    while the batch's data is still in the CPU cache from serializing it:
+    :meth:`payload` serializes, :meth:`seal` puts the header with its CRC32C in front.
+
     Per distinct schema the schema message is serialized once. An uncompressed batch
     without dictionaries is then one ``RecordBatch.serialize()`` (a single C++ copy of
-    its buffers) and three pieces: header and schema message, batch message, end
-    marker. A codec or a dictionary-encoded column takes a stream writer per batch,
-    which compresses and carries the dictionary messages the batch refers to, so that
-    every payload decodes on its own.
+    its buffers) between the cached schema message and the end marker. A codec or a
+    dictionary-encoded column takes a stream writer per batch, which compresses and
+    carries the dictionary messages the batch refers to, so that every payload decodes
+    on its own.
 
     Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
     """
@@ -193,10 +197,26 @@ class BatchEncoder:
         self._schema_message = b""
         self._has_dictionaries = False
 
-    def encode(
-        self,
-        batch: pa.RecordBatch,
-        compression: str | None,
+    def payload(self, batch: pa.RecordBatch, compression: str | None) -> list[Piece]:
+        """The pieces of ``batch``'s Arrow IPC stream (schema, batch, end of stream)."""
+        schema = batch.schema
+        if self._schema is None or not (
+            schema is self._schema or schema.equals(self._schema, check_metadata=True)
+        ):
+            self._schema_message = schema.serialize().to_pybytes()
+            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+            self._schema = schema
+        if compression is None and not self._has_dictionaries:
+            return [self._schema_message, batch.serialize(), END_OF_STREAM]
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        with pa.ipc.new_stream(sink, schema, options=options) as writer:
+            writer.write_batch(batch)
+        return [sink.getvalue()]
+
+    @staticmethod
+    def seal(
+        payload: list[Piece],
         *,
         base_offset: int,
         partition_leader_epoch: int,
@@ -207,20 +227,13 @@ class BatchEncoder:
         producer_id: int,
         producer_epoch: int,
         base_sequence: int,
+        record_count: int,
     ) -> tuple[list[Piece], BatchHeader]:
-        """The stored batch's pieces (header first) and its header, with the CRC32C.
+        """The stored batch's pieces (header, then ``payload``) and its header.
 
-        The CRC runs over the covered header fields and the payload pieces as they
-        are, so no piece is copied to checksum it.
+        The CRC32C runs over the covered header fields and then the payload pieces as
+        they are, so no piece is copied to checksum it.
         """
-        schema = batch.schema
-        if self._schema is None or not (
-            schema is self._schema or schema.equals(self._schema, check_metadata=True)
-        ):
-            self._schema_message = schema.serialize().to_pybytes()
-            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
-            self._schema = schema
-        record_count = batch.num_rows
         covered = _TAIL.pack(
             attributes,
             last_offset_delta,
@@ -231,19 +244,10 @@ class BatchEncoder:
             base_sequence,
             record_count,
         )
-        if compression is None and not self._has_dictionaries:
-            covered += self._schema_message
-            body: list[Piece] = [batch.serialize(), END_OF_STREAM]
-        else:
-            sink = pa.BufferOutputStream()
-            options = pa.ipc.IpcWriteOptions(compression=compression)
-            with pa.ipc.new_stream(sink, schema, options=options) as writer:
-                writer.write_batch(batch)
-            body = [sink.getvalue()]
         crc = crc32c.crc32c(covered)
-        for piece in body:
+        for piece in payload:
             crc = crc32c.crc32c(piece, value=crc)
-        size = CRC_START + len(covered) + payload_size(body)
+        size = HEADER_SIZE + payload_size(payload)
         header = BatchHeader(
             base_offset,
             size,
@@ -260,7 +264,7 @@ class BatchEncoder:
             record_count,
         )
         head = _HEAD.pack(base_offset, size, partition_leader_epoch, MAGIC, crc) + covered
-        return [head, *body], header
+        return [head, *payload], header
 
 
 def _has_dictionaries(data_type: pa.DataType) -> bool:
@@ -364,9 +368,8 @@ def rewrite_batch(
     if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
         data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
         attributes |= ATTR_EXPLICIT_OFFSETS
-    return encoder.encode(
-        data,
-        header.compression,
+    return encoder.seal(
+        encoder.payload(data, header.compression),
         base_offset=header.base_offset,
         partition_leader_epoch=header.partition_leader_epoch,
         attributes=attributes,
@@ -376,4 +379,5 @@ def rewrite_batch(
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        record_count=len(kept),
     )
