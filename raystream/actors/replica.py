@@ -68,8 +68,8 @@ from raystream.protocol import (
     ProduceResponse,
     Result,
     failure,
+    wire_bytes,
 )
-from raystream.records import empty_fetch
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 
@@ -156,7 +156,6 @@ class PartitionReplica:
         self._rebuild_producer_state()
         self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
-        self._empty = empty_fetch(record_schema)
         self._decoder = PayloadDecoder()
         self._last_schema: pa.Schema | None = None  # the last schema found equal
         self._committed: asyncio.Event | None = None
@@ -498,7 +497,10 @@ class PartitionReplica:
         min_bytes: int = 1,
         isolation_level: str = "read_uncommitted",
     ) -> FetchResponse:
-        """Records from ``offset`` below the high watermark, waiting for some if none.
+        """Stored batches from ``offset`` below the high watermark, waiting for some if none.
+
+        The batches go as stored, undecoded (see :class:`~raystream.protocol.FetchResponse`);
+        ``max_bytes`` and ``min_bytes`` count their stored size.
 
         Long polling: when fewer than ``min_bytes`` are available the call waits up to
         ``max_wait_ms`` for new data, so a consumer at the end of the log gets a new
@@ -517,14 +519,19 @@ class PartitionReplica:
             deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
             while True:
                 self._check_range(offset)
-                table = self.log.read(offset, max_bytes=max_bytes, max_offset=self.high_watermark)
+                limit = self.high_watermark
+                runs = self.log.read_raw(offset, max_bytes, max_offset=limit)
+                size = sum(run.size for run in runs)
                 remaining = deadline - time.monotonic()
-                if (table.num_rows and table.nbytes >= min_bytes) or remaining <= 0:
+                if (size and size >= min_bytes) or remaining <= 0:
                     break
                 await self._wait(self._committed_event(), remaining)
                 self._require_leader()
             return FetchResponse(
-                records=table if table.num_rows else self._empty,
+                data=tuple(wire_bytes(run) for run in runs),
+                fetch_offset=offset,
+                limit=limit,
+                schema=None if runs else self.record_schema,
                 high_watermark=self.known_high_watermark,
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
