@@ -52,6 +52,7 @@ from raystream.log import Log, LogConfig
 from raystream.log.batch import PayloadDecoder, stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
 from raystream.log.producer_state import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     SEQUENCE_LIMIT,
     AppendCheck,
@@ -86,7 +87,6 @@ REPLICA_FETCH_WAIT_MS = 500
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
-MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
 def replica_directory(data_dir: str, topic: str, partition: int, replica_id: int) -> str:

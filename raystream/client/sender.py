@@ -101,7 +101,7 @@ from raystream.errors import (
     RaystreamTimeoutError,
 )
 from raystream.log.batch import PayloadEncoder
-from raystream.log.producer_state import NO_PRODUCER_ID, next_sequence
+from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE
 
 logger = logging.getLogger(__name__)
@@ -116,7 +116,6 @@ PREPARE_MIN_BYTES = 100 << 10
 passes smaller arguments inline)."""
 EXPIRY_CHECK_S = 0.05
 """How often queued and in-flight batches are checked against their timeouts."""
-MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
 class TopicCache:
