@@ -157,6 +157,9 @@ class PartitionReplica:
         self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
         self._decoder = PayloadDecoder()
+        # pyarrow imports pandas on its first array conversion (up to a second on a
+        # busy machine): pay for it as the replica starts, not in its first produce.
+        pa.array([], pa.int64()).to_numpy()
         self._last_schema: pa.Schema | None = None  # the last schema found equal
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
@@ -742,9 +745,11 @@ class PartitionReplica:
     def _rebuild_producer_state(self) -> None:
         """Producer state from the newest usable snapshot plus the batch headers after it."""
         start = self.producers.load(self.log.log_start_offset, self.log.log_end_offset)
-        self.producers.apply_all(
-            header for header in self.log.batch_headers(start) if header.next_offset > start
-        )
+        if start < self.log.log_end_offset:
+            self.producers.apply_all(
+                header for header in self.log.batch_headers(start) if header.next_offset > start
+            )
+        self.producers.map_end_offset = self.log.log_end_offset
 
     async def _snapshot_producer_state(self) -> None:
         """Snapshot the producer state if it moved (the file is written off the loop)."""
