@@ -372,10 +372,12 @@ class Fetcher:
         if error is None:
             if response.high_watermark >= 0:  # -1: a new leader has none yet
                 state.high_watermark = response.high_watermark
-            table = response.records
+            table, next_offset = response.decode()
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
                 state.buffer = _Buffer(table, offsets, 0, flight.offset)
+            elif next_offset > flight.offset:  # compacted away: nothing left there
+                state.position = next_offset
         elif isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(state, flight.offset, error)
         elif error.retriable:

@@ -585,53 +585,7 @@ class Log:
 
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
-        batches: list[pa.RecordBatch] = []
-        ranges: list[np.ndarray | tuple[int, int]] = []
-        schema: pa.Schema | None = None
-        contiguous = True
-        next_offset = -1
-        for item in stored:
-            header = item.header
-            batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
-            if header.has_explicit_offsets:
-                rows = batch_offsets(header, decoded)
-                decoded = user_columns(header, decoded)
-                batch_schema = decoded.schema
-            if schema is None:
-                schema = batch_schema
-            elif batch_schema is not schema and not batch_schema.equals(schema):
-                break
-            count = decoded.num_rows
-            if header.has_explicit_offsets:
-                lo = int(np.searchsorted(rows, start_offset))
-                hi = int(np.searchsorted(rows, limit))
-                rows = rows[lo:hi]
-                contiguous = False
-            else:
-                base = header.base_offset
-                lo = max(start_offset - base, 0)
-                hi = min(limit - base, count)
-                rows = (base + lo, base + hi)
-                if next_offset >= 0 and base + lo != next_offset:
-                    contiguous = False
-                next_offset = base + hi
-            if hi <= lo:
-                continue
-            if lo or hi < count:
-                decoded = decoded.slice(lo, hi - lo)
-            batches.append(decoded)
-            ranges.append(rows)
-        if not batches:
-            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
-        table = pa.Table.from_batches(batches)
-        if contiguous:
-            first = ranges[0][0]
-            column = np.arange(first, first + table.num_rows, dtype=np.int64)
-        else:
-            column = np.concatenate(
-                [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
-            )
-        return table.append_column(OFFSET_COLUMN, pa.array(column))
+        return stored_to_table(self._decoder, stored, start_offset, limit)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None.
@@ -988,6 +942,79 @@ def _timestamp_column(schema: pa.Schema) -> tuple[int, str | None]:
 _MIN = np.minimum.reduce
 _MAX = np.maximum.reduce
 """The reductions themselves, without ndarray.min/max's Python-level wrappers."""
+
+
+def stored_to_table(
+    decoder: PayloadDecoder, stored: list[StoredBatch], start_offset: int, limit: int
+) -> pa.Table:
+    """Decode stored batches into one Table of rows in [start_offset, limit), plus ``offset``.
+
+    Zero-copy: the table's buffers are views of the batches' bytes. Stops where the
+    schema changes, so the table has one schema; a table without rows has only the
+    ``offset`` column. Used by reads and by consumers decoding fetched batches.
+    """
+    batches: list[pa.RecordBatch] = []
+    ranges: list[np.ndarray | tuple[int, int]] = []
+    schema: pa.Schema | None = None
+    contiguous = True
+    next_offset = -1
+    for item in stored:
+        header = item.header
+        batch_schema, decoded = decoder.decode_with_schema(item.payload)
+        if header.has_explicit_offsets:
+            rows = batch_offsets(header, decoded)
+            decoded = user_columns(header, decoded)
+            batch_schema = decoded.schema
+        if schema is None:
+            schema = batch_schema
+        elif batch_schema is not schema and not batch_schema.equals(schema):
+            break
+        count = decoded.num_rows
+        if header.has_explicit_offsets:
+            lo = int(np.searchsorted(rows, start_offset))
+            hi = int(np.searchsorted(rows, limit))
+            rows = rows[lo:hi]
+            contiguous = False
+        else:
+            base = header.base_offset
+            lo = max(start_offset - base, 0)
+            hi = min(limit - base, count)
+            rows = (base + lo, base + hi)
+            if next_offset >= 0 and base + lo != next_offset:
+                contiguous = False
+            next_offset = base + hi
+        if hi <= lo:
+            continue
+        if lo or hi < count:
+            decoded = decoded.slice(lo, hi - lo)
+        batches.append(decoded)
+        ranges.append(rows)
+    if not batches:
+        return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
+    table = pa.Table.from_batches(batches)
+    if contiguous:
+        first = ranges[0][0]
+        column = np.arange(first, first + table.num_rows, dtype=np.int64)
+    else:
+        column = np.concatenate(
+            [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
+        )
+    return table.append_column(OFFSET_COLUMN, pa.array(column))
+
+
+def stored_batches(data: pa.Buffer) -> list[StoredBatch]:
+    """The stored batches laid end to end in ``data`` (as a fetch carries them).
+
+    Raises:
+        CorruptRecordError: a header is malformed.
+    """
+    batches = []
+    position = 0
+    while position < data.size:
+        header = parse_header(data, position, data.size, "fetched data")
+        batches.append(StoredBatch(header, data, position))
+        position += header.size
+    return batches
 
 
 def _single_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
