@@ -33,6 +33,7 @@ from raystream.errors import (
 )
 from raystream.log import cleaner
 from raystream.log.batch import (
+    ATTR_COMMIT,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
@@ -245,6 +246,7 @@ class Log:
         base_sequence: int = -1,
         is_transactional: bool = False,
         is_control: bool = False,
+        is_commit: bool = False,
         max_timestamp: int | None = None,
         compression: str | None = None,
     ) -> tuple[int, int]:
@@ -261,6 +263,7 @@ class Log:
             partition_leader_epoch: the leader epoch that accepted the batch.
             producer_id, producer_epoch, base_sequence: idempotent producer metadata.
             is_transactional, is_control: transaction flags.
+            is_commit: marks a control batch as a commit marker (else an abort).
             max_timestamp: overrides the batch's max timestamp.
             compression: "lz4", "zstd" or None, used when the topic's
                 ``compression.type`` is "producer".
@@ -278,8 +281,10 @@ class Log:
             now = self._clock()
             config = self._config
             facts = self._schema_facts(record_batch.schema)
-            attributes = (ATTR_TRANSACTIONAL if is_transactional else 0) | (
-                ATTR_CONTROL if is_control else 0
+            attributes = (
+                (ATTR_TRANSACTIONAL if is_transactional else 0)
+                | (ATTR_CONTROL if is_control else 0)
+                | (ATTR_COMMIT if is_control and is_commit else 0)
             )
             if config.message_timestamp_type == "LogAppendTime":
                 record_batch = _with_timestamp(record_batch, facts.timestamp_index, now)
@@ -443,27 +448,50 @@ class Log:
             return result
 
     def read(
-        self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
     ) -> pa.Table:
         """Rows from ``start_offset`` on as a Table with an int64 ``offset`` column added.
 
         Stops at whole batches near ``max_bytes`` (always at least one batch), never
         returns offsets at or past ``max_offset`` (pass the high watermark), and stops
         where the schema changes, so one call returns one schema. An empty table (only
-        the ``offset`` column) means nothing is available yet.
+        the ``offset`` column) means nothing is available yet. Control batches
+        (transaction markers) are never returned as data, nor batches ``skip(header)``
+        is true for (a read_committed fetch skips aborted transactions).
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or past the end.
             CorruptRecordError: a batch fails its checksum.
         """
+        return self.read_until(start_offset, max_bytes, max_offset, skip)[0]
+
+    def read_until(
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
+    ) -> tuple[pa.Table, int]:
+        """:meth:`read`, and the offset right after the last batch it examined.
+
+        Skipped batches return no rows, so the rows alone do not say how far a read
+        got: a reader continues from the returned offset, not from its last row's
+        (else a reader standing at a marker would read it forever). Skipped batches
+        cost a header check each, not a decode; the read goes on past them (up to
+        ``max_bytes`` of them per round) until it finds rows or the end.
+        """
         while True:
             stored = self.read_batches(start_offset, max_bytes, max_offset)
             limit = self.log_end_offset if max_offset is None else max_offset
-            table = self.to_table(stored, start_offset, limit)
+            table, next_offset = self._decode(stored, start_offset, limit, skip)
             if table.num_rows or not stored:
-                return table
-            # Compaction left the first batch no row from start_offset on: skip past it.
-            start_offset = stored[0].header.next_offset
+                return table, max(next_offset, start_offset)
+            # Nothing readable in these batches (skipped, or compacted away): go on.
+            start_offset = next_offset
 
     def read_raw(
         self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
@@ -581,13 +609,28 @@ class Log:
 
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
+        return self._decode(stored, start_offset, limit, None)[0]
+
+    def _decode(
+        self,
+        stored: list[StoredBatch],
+        start_offset: int,
+        limit: int,
+        skip: Callable[[BatchHeader], bool] | None,
+    ) -> tuple[pa.Table, int]:
+        """Rows of ``stored`` in [start_offset, limit) and the offset after the last
+        batch taken in (the decode stops early where the schema changes)."""
         batches: list[pa.RecordBatch] = []
         ranges: list[np.ndarray | tuple[int, int]] = []
         schema: pa.Schema | None = None
         contiguous = True
         next_offset = -1
+        examined = start_offset
         for item in stored:
             header = item.header
+            if header.is_control or (skip is not None and skip(header)):
+                examined = min(header.next_offset, limit)
+                continue
             batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
             if header.has_explicit_offsets:
                 rows = batch_offsets(header, decoded)
@@ -597,6 +640,7 @@ class Log:
                 schema = batch_schema
             elif batch_schema is not schema and not batch_schema.equals(schema):
                 break
+            examined = min(header.next_offset, limit)
             count = decoded.num_rows
             if header.has_explicit_offsets:
                 lo = int(np.searchsorted(rows, start_offset))
@@ -618,7 +662,7 @@ class Log:
             batches.append(decoded)
             ranges.append(rows)
         if not batches:
-            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
+            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())}), examined
         table = pa.Table.from_batches(batches)
         if contiguous:
             first = ranges[0][0]
@@ -627,7 +671,7 @@ class Log:
             column = np.concatenate(
                 [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
             )
-        return table.append_column(OFFSET_COLUMN, pa.array(column))
+        return table.append_column(OFFSET_COLUMN, pa.array(column)), examined
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None.
