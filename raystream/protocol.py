@@ -80,15 +80,21 @@ class ProduceResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse(Response):
-    """Records from one partition at or after the fetch offset, below the high watermark.
+    """Records from one partition at or after the fetch offset, below the high watermark
+    (below the last stable offset for read_committed).
 
     ``records`` has the topic's stored columns plus ``offset``; None on error.
+    ``next_offset`` is the offset right after the last batch the leader examined: markers
+    and aborted batches return no rows, so a consumer continues from there when its rows
+    end before it (-1: unknown, continue after the last row).
     """
 
     records: pa.Table | None = None
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
+    next_offset: int = -1
+    last_stable_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
