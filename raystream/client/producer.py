@@ -538,12 +538,15 @@ class Producer:
         if not committed:
             return
         try:
+            partition = txn.add_offsets(group)
+            self.send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
             if metadata is not None and metadata.member_id:
+                # Checked once the offsets are written, not before: from then on a new
+                # owner's offset fetch waits for this transaction, so a rebalance either
+                # happened before this check (refused here) or sees these offsets.
                 self.cluster.coordinator_call(
                     "check_txn_offsets", group, metadata.member_id, metadata.generation_id
                 )
-            partition = txn.add_offsets(group)
-            self.send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
         except RaystreamError as error:
             txn.fail(error)
             raise
