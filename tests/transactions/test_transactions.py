@@ -3,9 +3,7 @@ fencing, offsets committed with the output, timeouts, markers hidden from everyo
 
 from __future__ import annotations
 
-import itertools
 import time
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -17,38 +15,9 @@ from raystream.errors import (
 )
 from raystream.types import TopicPartition
 
-_ids = itertools.count()
-
-
-def txn_id() -> str:
-    return f"tx-{time.monotonic_ns()}-{next(_ids)}"
-
-
-def read_all(cluster: Any, topic: str, isolation: str, partitions: int = 1) -> list[bytes]:
-    """Every value of the topic readable at this isolation level, partition by partition."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with cluster.consumer(
-        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation
-    ) as consumer:
-        consumer.assign(tps)
-        end = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"stuck at {[consumer.position(tp) for tp in tps]}"
-            table = consumer.poll_arrow(timeout_ms=200)
-            values += table.column("value").to_pylist() if table.num_rows else []
-        return values
-
-
-def transactional(cluster: Any, **config: Any) -> Any:
-    producer = cluster.producer(transactional_id=config.pop("transactional_id", txn_id()), **config)
-    producer.init_transactions()
-    return producer
-
 
 def test_committed_records_appear_and_aborted_ones_only_as_uncommitted_data(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
     topic = make_topic(partitions=2)
     with transactional(shared_cluster) as producer:
@@ -71,7 +40,7 @@ def test_committed_records_appear_and_aborted_ones_only_as_uncommitted_data(
 
 
 def test_read_committed_stops_at_an_open_transaction_until_it_ends(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
     topic = make_topic()
     plain = shared_cluster.producer()
@@ -101,7 +70,7 @@ def test_read_committed_stops_at_an_open_transaction_until_it_ends(
 
 
 def test_a_second_init_fences_the_zombie_and_aborts_its_transaction(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
     topic = make_topic()
     tid = txn_id()
@@ -122,7 +91,7 @@ def test_a_second_init_fences_the_zombie_and_aborts_its_transaction(
 
 
 def test_a_fenced_zombie_cannot_write_even_without_its_coordinator(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
     topic = make_topic()
     tid = txn_id()
@@ -138,7 +107,9 @@ def test_a_fenced_zombie_cannot_write_even_without_its_coordinator(
     assert read_all(shared_cluster, topic, "read_committed") == []
 
 
-def test_calls_out_of_order_name_the_state(shared_cluster, make_topic) -> None:
+def test_calls_out_of_order_name_the_state(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
     topic = make_topic()
     producer = shared_cluster.producer(transactional_id=txn_id())
     with pytest.raises(InvalidTxnStateError, match="UNINITIALIZED"):
@@ -166,7 +137,9 @@ def test_bad_transactional_config_is_named(shared_cluster) -> None:
         shared_cluster.producer(transactional_id="t", transaction_timeout_ms=0)
 
 
-def test_offsets_commit_atomically_with_the_output(shared_cluster, make_topic) -> None:
+def test_offsets_commit_atomically_with_the_output(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
     source, sink = make_topic(), make_topic()
     tp = TopicPartition(source, 0)
     group = f"g-{txn_id()}"
@@ -193,7 +166,7 @@ def test_offsets_commit_atomically_with_the_output(shared_cluster, make_topic) -
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
     topic = make_topic()
     producer = transactional(shared_cluster, transaction_timeout_ms=1500)

@@ -1,0 +1,87 @@
+"""Exactly-once consume-transform-produce on a real 3-node Ray, killed at random points.
+
+The exactly-once ConsumerGroup reads a replicated topic and writes a replicated one;
+member actors are killed (Ray restarts them) at seeded random moments, so kills land
+before a send, between send and commit and during a commit, and a leader replica of
+the output is killed too. A read_committed reader of the output then finds each
+input's output exactly once.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import ray
+
+from raystream.client.consumer_group import ConsumerGroup
+from raystream.types import TopicPartition
+
+pytestmark = pytest.mark.slow
+
+RECORDS = 900
+FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200, "max_poll_records": 40}
+
+
+def transform(table: pa.Table) -> pa.Table:
+    values = [v + b"!" for v in table.column("value").to_pylist()]
+    return pa.table({"key": table.column("key"), "value": pa.array(values, pa.binary())})
+
+
+def read_committed(cluster: Any, topic: str, partitions: int) -> list[bytes]:
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with cluster.consumer(
+        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level="read_committed"
+    ) as consumer:
+        consumer.assign(tps)
+        end = consumer.end_offsets(tps)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline
+            table = consumer.poll_arrow(timeout_ms=300)
+            values += table.column("value").to_pylist() if table.num_rows else []
+        return values
+
+
+def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) -> None:
+    admin = replicated.admin()
+    admin.create_topic("in", partitions=3, replication_factor=3)
+    admin.create_topic("out", partitions=3, replication_factor=3)
+    with replicated.producer(linger_ms=2) as producer:
+        for i in range(RECORDS // 3):
+            producer.send("in", value=str(i).encode(), key=str(i).encode())
+    group = ConsumerGroup(
+        replicated, "in", "eos-job", transform, members=2, consumer_config=FAST, output_topic="out"
+    )
+    rng = random.Random(447)
+    try:
+        with replicated.producer(linger_ms=2) as producer:
+            for kill in range(4):
+                time.sleep(rng.uniform(0.5, 2.5))
+                ray.kill(group.members[rng.randrange(2)], no_restart=False)
+                if kill == 2:  # and the leader of an output partition
+                    leader = admin.describe_topic("out").partitions[0].leader
+                    handle = ray.get_actor(
+                        f"replica:out:0:{leader}", namespace=replicated.namespace
+                    )
+                    ray.kill(handle, no_restart=False)
+                start = RECORDS // 3 * (1 + kill) // 2
+                for i in range(start, start + RECORDS // 3 // 2):
+                    producer.send("in", value=str(i).encode(), key=str(i).encode())
+        deadline = time.monotonic() + 180
+        while group.lag() > 0:
+            assert time.monotonic() < deadline, f"lag stays at {group.lag()}"
+            time.sleep(1.0)
+    finally:
+        group.stop()
+    values = read_committed(replicated, "out", 3)
+    counts = collections.Counter(values)
+    duplicates = [v for v, n in counts.items() if n > 1]
+    assert not duplicates, f"{len(duplicates)} outputs twice, e.g. {duplicates[:5]}"
+    expected = {f"{i}!".encode() for i in range(RECORDS // 3 + 4 * (RECORDS // 3 // 2))}
+    assert set(values) == expected
