@@ -23,7 +23,9 @@ from raystream.types import TopicPartition
 
 pytestmark = pytest.mark.slow
 
-RECORDS = 900
+FIRST = 300
+"""Inputs written before the job starts; then MORE after each of four kills."""
+MORE = 150
 FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200, "max_poll_records": 40}
 
 
@@ -53,7 +55,7 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
     admin.create_topic("in", partitions=3, replication_factor=3)
     admin.create_topic("out", partitions=3, replication_factor=3)
     with replicated.producer(linger_ms=2) as producer:
-        for i in range(RECORDS // 3):
+        for i in range(FIRST):
             producer.send("in", value=str(i).encode(), key=str(i).encode())
     group = ConsumerGroup(
         replicated, "in", "eos-job", transform, members=2, consumer_config=FAST, output_topic="out"
@@ -70,8 +72,8 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
                         f"replica:out:0:{leader}", namespace=replicated.namespace
                     )
                     ray.kill(handle, no_restart=False)
-                start = RECORDS // 3 * (1 + kill) // 2
-                for i in range(start, start + RECORDS // 3 // 2):
+                start = FIRST + kill * MORE
+                for i in range(start, start + MORE):
                     producer.send("in", value=str(i).encode(), key=str(i).encode())
         deadline = time.monotonic() + 180
         while group.lag() > 0:
@@ -83,5 +85,5 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]
     assert not duplicates, f"{len(duplicates)} outputs twice, e.g. {duplicates[:5]}"
-    expected = {f"{i}!".encode() for i in range(RECORDS // 3 + 4 * (RECORDS // 3 // 2))}
+    expected = {f"{i}!".encode() for i in range(FIRST + 4 * MORE)}
     assert set(values) == expected

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import ray
 
-from raystream.actors.txn_coordinator import TRANSACTION_COORDINATOR_NAME
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
     TRANSACTION_STATE_TOPIC,
@@ -68,26 +67,32 @@ def test_transactions_survive_coordinator_crashes_at_random_points(
 ) -> None:
     """Ray restarts the killed coordinator; every transaction ends all or nothing."""
     topic = make_topic(partitions=2)
-    producer = transactional(shared_cluster)
+    producer = transactional(shared_cluster, request_timeout_ms=120_000)
     stop = threading.Event()
 
     rng = random.Random(6)
+    kills: list[float] = []
+    errors: list[BaseException] = []
 
     def kill_now_and_then() -> None:
         """Kill the coordinator at a random moment once it has loaded, again and again."""
-        while not stop.wait(rng.uniform(0.05, 1.0)):
-            handle = ray.get_actor(TRANSACTION_COORDINATOR_NAME, namespace=shared_cluster.namespace)
-            ray.kill(handle, no_restart=False)
-            kills.append(time.monotonic())
-            with contextlib.suppress(Exception):  # back once it answers
-                ray.get(handle.ping.remote(), timeout=60)
+        try:
+            while len(kills) < 4 and not stop.wait(rng.uniform(0.1, 1.2)):
+                handle = shared_cluster.transaction_coordinator(refresh=True)
+                ray.kill(handle, no_restart=False)
+                kills.append(time.monotonic())
+                with contextlib.suppress(Exception):  # back once it answers
+                    ray.get(handle.ping.remote(), timeout=60)
+        except BaseException as error:
+            errors.append(error)
 
-    kills: list[float] = []
     killer = threading.Thread(target=kill_now_and_then, daemon=True)
     killer.start()
     committed = []
     try:
-        for i in range(12):
+        for i in range(200):
+            if not killer.is_alive() and i >= 6:
+                break
             producer.begin_transaction()
             producer.send(topic, f"t{i}-a".encode(), partition=0)
             producer.send(topic, f"t{i}-b".encode(), partition=1)
@@ -99,6 +104,7 @@ def test_transactions_survive_coordinator_crashes_at_random_points(
     finally:
         stop.set()
         killer.join()
+    assert not errors
     producer.close()
     assert len(kills) >= 3
     values = read_all(shared_cluster, topic, "read_committed", 2)
