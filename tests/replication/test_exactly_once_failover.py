@@ -50,6 +50,14 @@ def read_committed(cluster: Any, topic: str, partitions: int) -> list[bytes]:
         return values
 
 
+def wait_for(condition: Any, timeout_s: float, what: str, group: Any = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        status = group.status() if group is not None else ""
+        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s {status}"
+        time.sleep(1.0)
+
+
 def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) -> None:
     admin = replicated.admin()
     admin.create_topic("in", partitions=3, replication_factor=3)
@@ -57,11 +65,15 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
     with replicated.producer(linger_ms=2) as producer:
         for i in range(FIRST):
             producer.send("in", value=str(i).encode(), key=str(i).encode())
+    # Start the coordinators (and their internal topics) before the clock starts.
+    replicated.transaction_coordinator_call("ping")
+    replicated.coordinator_call("ping")
     group = ConsumerGroup(
         replicated, "in", "eos-job", transform, members=2, consumer_config=FAST, output_topic="out"
     )
     rng = random.Random(447)
     try:
+        wait_for(lambda: group.lag() < FIRST, 120, "the job under way")
         with replicated.producer(linger_ms=2) as producer:
             for kill in range(4):
                 time.sleep(rng.uniform(0.5, 2.5))
@@ -75,10 +87,7 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
                 start = FIRST + kill * MORE
                 for i in range(start, start + MORE):
                     producer.send("in", value=str(i).encode(), key=str(i).encode())
-        deadline = time.monotonic() + 180
-        while group.lag() > 0:
-            assert time.monotonic() < deadline, f"lag stays at {group.lag()}"
-            time.sleep(1.0)
+        wait_for(lambda: group.lag() == 0, 240, "every input committed", group)
     finally:
         group.stop()
     values = read_committed(replicated, "out", 3)
