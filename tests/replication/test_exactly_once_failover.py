@@ -29,9 +29,15 @@ MORE = 150
 FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200, "max_poll_records": 40}
 
 
-def transform(table: pa.Table) -> pa.Table:
-    values = [v + b"!" for v in table.column("value").to_pylist()]
-    return pa.table({"key": table.column("key"), "value": pa.array(values, pa.binary())})
+def exclaim() -> Any:
+    """The job's transform, made in a function so that cloudpickle ships it by value
+    (member actors cannot import this test module)."""
+
+    def transform(table: pa.Table) -> pa.Table:
+        values = [v + b"!" for v in table.column("value").to_pylist()]
+        return pa.table({"key": table.column("key"), "value": pa.array(values, pa.binary())})
+
+    return transform
 
 
 def read_committed(cluster: Any, topic: str, partitions: int) -> list[bytes]:
@@ -69,11 +75,11 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
     replicated.transaction_coordinator_call("ping")
     replicated.coordinator_call("ping")
     group = ConsumerGroup(
-        replicated, "in", "eos-job", transform, members=2, consumer_config=FAST, output_topic="out"
+        replicated, "in", "eos-job", exclaim(), members=2, consumer_config=FAST, output_topic="out"
     )
     rng = random.Random(447)
     try:
-        wait_for(lambda: group.lag() < FIRST, 120, "the job under way")
+        wait_for(lambda: group.lag() < FIRST, 120, "the job under way", group)
         with replicated.producer(linger_ms=2) as producer:
             for kill in range(4):
                 time.sleep(rng.uniform(0.5, 2.5))
