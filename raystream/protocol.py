@@ -103,6 +103,11 @@ class FetchResponse(Response):
     :meth:`decode`, zero-copy. ``limit`` is the high watermark the leader read up to;
     ``schema``, the topic's stored layout, comes only with an answer without data (so
     that even an empty table has the topic's columns).
+
+    ``next_offset`` is the offset right after the last batch the leader examined: markers
+    and aborted batches are left out (read_committed skips aborted transactions), so a
+    consumer continues from there when its rows end before it (-1: unknown).
+    ``last_stable_offset`` is where read_committed reading stops.
     """
 
     data: tuple[Any, ...] = ()
@@ -112,9 +117,12 @@ class FetchResponse(Response):
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
+    next_offset: int = -1
+    last_stable_offset: int = -1
 
     def decode(self) -> tuple[pa.Table, int]:
-        """(the rows from ``fetch_offset`` below ``limit``, the offset to fetch next).
+        """(the rows from ``fetch_offset`` below ``limit``, the offset to fetch next,
+        past the batches the leader left out).
 
         The table has the topic's stored columns plus ``offset``. It can be empty while
         data came: compaction removed every row of the first batch from the fetch
@@ -123,12 +131,14 @@ class FetchResponse(Response):
         stored = [b for run in self.data for b in stored_batches(pa.py_buffer(run))]
         table = stored_to_table(_DECODER, stored, self.fetch_offset, self.limit)
         if table.num_rows:
-            return table, int(table.column(OFFSET_COLUMN)[-1].as_py()) + 1
-        if stored:
-            return table, min(stored[0].header.next_offset, max(self.limit, self.fetch_offset))
-        if self.schema is not None:
-            table = empty_fetch(self.schema)
-        return table, self.fetch_offset
+            after = int(table.column(OFFSET_COLUMN)[-1].as_py()) + 1
+        elif stored:
+            after = min(stored[0].header.next_offset, max(self.limit, self.fetch_offset))
+        else:
+            after = self.fetch_offset
+            if self.schema is not None:
+                table = empty_fetch(self.schema)
+        return table, max(after, self.next_offset)
 
     @property
     def records(self) -> pa.Table:

@@ -57,8 +57,16 @@ producer two more rules, as in Kafka since KIP-360:
 - A batch that fails for good leaves a gap no later batch can pass. Once none of the
   partition's calls is in flight (so no copy under the old numbers can still land),
   the partition bumps its producer epoch and renumbers its remaining batches from 0;
-  the leader accepts a new epoch starting at 0 and fences the old one. (A
-  transactional producer will abort its transaction instead.)
+  the leader accepts a new epoch starting at 0 and fences the old one. A
+  transactional producer does not bump the epoch itself (the transaction
+  coordinator owns it): the partition's waiting batches fail, the transaction must
+  abort, and the producer then takes a new epoch from the coordinator
+  (:meth:`Sender.set_producer`).
+
+Transactions: with a :class:`~raystream.client.transactions.TransactionManager`
+attached, the sender adds the partitions that have batches waiting to the transaction
+(one coordinator call for all that are new) before any of them goes out, and marks
+every batch transactional.
 
 With ``acks=0`` a batch's records complete (offset -1) as soon as it is issued; its
 answer is only awaited to bound the calls in flight, and its errors are ignored.
@@ -95,6 +103,7 @@ from raystream.client.transport import is_dead_actor_error
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
+    InvalidTxnStateError,
     LeaderNotAvailableError,
     OutOfOrderSequenceError,
     RaystreamError,
@@ -333,6 +342,8 @@ class Sender(threading.Thread):
         self._next_refresh: dict[str, float] = {}
         self._next_expiry_check = 0.0
         self._abort_error: BaseException | None = None
+        self.transaction: Any = None
+        self._new_producer: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------- control
 
@@ -341,6 +352,23 @@ class Sender(threading.Thread):
         self._abort_error = error
         with self._accumulator.lock:
             self._accumulator.wakeup.notify()
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """Take a producer id and epoch from the transaction coordinator; every partition
+        restarts at sequence 0. Call with nothing queued or in flight (after
+        init_transactions, or a flushed abort); applied before the next batch goes out."""
+        with self._accumulator.lock:
+            self._new_producer = (producer_id, producer_epoch)
+            self._accumulator.wakeup.notify()
+
+    def _adopt_producer(self) -> None:
+        self.producer_id, self._producer_epoch = self._new_producer
+        self._new_producer = None
+        for queue in self._queues.values():
+            queue.producer_epoch = self._producer_epoch
+            queue.next_sequence = 0
+            queue.resequence = False
+            queue.unacked.clear()
 
     def run(self) -> None:
         while True:
@@ -362,6 +390,8 @@ class Sender(threading.Thread):
             return True
         if self._answered:
             self._take_answers(self._clock())
+        if self._new_producer is not None:
+            self._adopt_producer()
         with accumulator.lock:
             now = self._clock()
             ready, _ = accumulator.drain(now)
@@ -437,12 +467,22 @@ class Sender(threading.Thread):
 
     def _issue(self, now: float) -> None:
         batch_size = self._config.batch_size
+        if self.transaction is not None:
+            self._add_to_transaction()
         for (topic, partition), queue in self._queues.items():
             if not (queue.pending or queue.retries) or now < queue.backoff_until:
                 continue
             if queue.resequence:
                 if queue.in_flight:
                     continue  # wait until no call under the old numbers can land
+                if self.transaction is not None:
+                    self._fail_queue(
+                        queue,
+                        InvalidTxnStateError(
+                            f"an earlier batch to {topic}-{partition} failed: abort the transaction"
+                        ),
+                    )
+                    continue
                 if not queue.restart_sequence():
                     self._fail_partition(queue, topic, partition)
                     continue
@@ -477,6 +517,16 @@ class Sender(threading.Thread):
                     batch.complete(-1)
             if queue.pending and queue.in_flight:
                 self._prepare(queue.pending[0])
+
+    def _add_to_transaction(self) -> None:
+        """Add the partitions with batches waiting to the transaction (one call for the
+        new ones); if that fails, their batches fail with the error."""
+        waiting = [key for key, q in self._queues.items() if q.pending or q.retries]
+        error = self.transaction.add_partitions(waiting)
+        if error is not None:
+            for key in waiting:
+                if key not in self.transaction.partitions:
+                    self._fail_queue(self._queues[key], error)
 
     def _prepare(self, request: ProduceRequest) -> None:
         """Ship a large request's payload to the object store while its turn waits.
@@ -533,6 +583,7 @@ class Sender(threading.Thread):
             self.producer_id if self.idempotent else NO_PRODUCER_ID,
             batch.producer_epoch,
             batch.base_sequence,
+            self.transaction is not None,
         )
         return batch.call.future()  # the ObjectRef must outlive its future: kept on the batch
 
@@ -610,10 +661,16 @@ class Sender(threading.Thread):
 
     def _fail_partition(self, queue: _PartitionQueue, topic: str, partition: int) -> None:
         """The partition's epoch is exhausted: fail what waits (a new producer is needed)."""
-        error = OutOfOrderSequenceError(
-            f"{topic}-{partition}: the producer's epoch cannot be bumped past "
-            f"{MAX_PRODUCER_EPOCH} to restart its sequence; create a new producer"
+        self._fail_queue(
+            queue,
+            OutOfOrderSequenceError(
+                f"{topic}-{partition}: the producer's epoch cannot be bumped past "
+                f"{MAX_PRODUCER_EPOCH} to restart its sequence; create a new producer"
+            ),
         )
+
+    def _fail_queue(self, queue: _PartitionQueue, error: BaseException) -> None:
+        """Fail every batch and request waiting in ``queue``."""
         for batch in queue.retries:
             batch.fail(error)
         for request in queue.pending:

@@ -10,7 +10,7 @@ A stored batch is::
     17      4     crc                    (CRC32C of bytes 21..size)
     21      2     attributes             (codec bits 0-2, timestamp type bit 3,
                                           transactional bit 4, control bit 5,
-                                          explicit offsets bit 7)
+                                          commit bit 6, explicit offsets bit 7)
     23      4     last_offset_delta
     27      8     base_timestamp
     35      8     max_timestamp
@@ -27,6 +27,13 @@ The payload is a standard Arrow IPC stream, readable by any Arrow tool; per-batc
 compression (lz4, zstd) is Arrow's own. A compacted batch keeps its base offset and
 ``last_offset_delta`` but holds fewer rows; it carries the surviving rows' offsets in
 an extra ``__offset`` column and sets the explicit-offsets attribute.
+
+Transactions: a producer's batches inside a transaction set the transactional bit; the
+transaction coordinator ends it on every partition with a *marker*, a control batch of
+one record carrying the producer's id and epoch. Kafka tells a commit from an abort by
+the marker's record key; here the commit bit (6, only meaningful with the control bit)
+says it in the header too, so the producer state, which sees headers only (appends,
+copied batches, rebuilds), learns the outcome without decoding a payload.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_COMMIT = 0x40
 ATTR_EXPLICIT_OFFSETS = 0x80
 
 OFFSET_COLUMN = "offset"
@@ -110,6 +118,11 @@ class BatchHeader(NamedTuple):
     def is_control(self) -> bool:
         """Whether the batch is a transaction marker rather than data."""
         return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_commit(self) -> bool:
+        """Whether a control batch is a commit marker (else an abort marker)."""
+        return bool(self.attributes & ATTR_COMMIT)
 
     @property
     def has_explicit_offsets(self) -> bool:
