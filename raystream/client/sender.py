@@ -109,7 +109,7 @@ from raystream.errors import (
     RaystreamError,
     RaystreamTimeoutError,
 )
-from raystream.log.batch import PayloadEncoder
+from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE
 
@@ -204,7 +204,7 @@ class _Batch:
         self.payload: Any = None
         self.call: Any = None  # the ObjectRef of the call in flight
 
-    def build(self, encoder: PayloadEncoder) -> Any:
+    def build(self, encoder: BatchEncoder) -> Any:
         """The call's records as Arrow IPC bytes (or their ObjectRef, if shipped ahead).
 
         Built once and kept for retries. Bytes, not a RecordBatch: Ray pickles a
@@ -334,7 +334,7 @@ class Sender(threading.Thread):
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
         self._in_flight: dict[Future, _Batch] = {}
         self._answered: list[Future] = []  # completed calls; guarded by the accumulator lock
-        self._encoder = PayloadEncoder()
+        self._encoder = BatchEncoder()
         self._request_budget = config.max_request_size * REQUEST_FILL
         self._queued = 0  # requests pending plus batches waiting for a retry
         self._order = itertools.count()
@@ -745,9 +745,9 @@ class Sender(threading.Thread):
             item.result.fail_all(error)
 
 
-def encode_records(encoder: PayloadEncoder, batch: pa.RecordBatch) -> bytes:
+def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes:
     """``batch`` as one self-contained Arrow IPC stream (what a produce call carries)."""
-    return b"".join(encoder.encode(batch, None))
+    return b"".join(encoder.payload(batch, None))
 
 
 def _expired(batch: _Batch, delivery_timeout_ms: int) -> RaystreamTimeoutError:
