@@ -2,11 +2,15 @@
 
 Appends and reads N 100-byte records in batches of 1,000 through :class:`raystream.log.Log`
 and writes/reads the same batches as one plain Arrow IPC stream file (the ceiling: no
-headers, checksums, indexes or offsets). Then fills a log to a few GB and measures
-append and read again at its end and start, to show that speed does not depend on how
-much the log holds.
+headers, checksums, indexes or offsets; uncompressed, as the log stores these batches),
+and copies the log as a follower does (``read_raw`` chunks into ``append_raw``). Write
+rounds of the ceiling and the log alternate; every figure is the best of the rounds,
+with elapsed time and, for writes, the thread's CPU time (on a shared machine the
+latter is the steadier of the two). Then fills a log to a few GB and measures append
+and read again at its end and start, to show that speed does not depend on how much
+the log holds.
 
-Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--dir DIR]
+Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--rounds 3] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +32,8 @@ from raystream.log import Log, LogConfig
 
 VALUE_BYTES = 100
 BATCH = 1000
+COPY_CHUNK_BYTES = 8 << 20
+"""What a follower fetches at a time (the replica's replica.fetch.max.bytes)."""
 
 
 def make_batch(value_bytes: int = VALUE_BYTES, rows: int = BATCH) -> pa.RecordBatch:
@@ -41,21 +48,33 @@ def make_batch(value_bytes: int = VALUE_BYTES, rows: int = BATCH) -> pa.RecordBa
     return pa.record_batch({"value": values, "timestamp": timestamps})
 
 
-def timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
+class Timing(NamedTuple):
+    """Seconds of one run: elapsed, and CPU time (user + system) of the running thread.
+
+    On a machine shared with other work, elapsed time also counts the time the thread
+    waited for a core; CPU time counts only the work done, page-cache copies included.
+    """
+
+    wall: float
+    cpu: float
+
+
+def timed(fn: Callable[[], object]) -> Timing:
+    wall, cpu = time.perf_counter(), time.thread_time()
     fn()
-    return time.perf_counter() - start
+    return Timing(time.perf_counter() - wall, time.thread_time() - cpu)
 
 
-def raw_ipc(path: str, batch: pa.RecordBatch, batches: int) -> tuple[float]:
-    """Seconds to write ``batches`` copies of ``batch`` as one Arrow IPC stream file."""
+def raw_ipc(path: str, batch: pa.RecordBatch, batches: int) -> Timing:
+    """Time to write ``batches`` copies of ``batch`` as one Arrow IPC stream file
+    (uncompressed, as the log stores batches without a codec)."""
 
     def write() -> None:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
             for _ in range(batches):
                 writer.write_batch(batch)
 
-    return (timed(write),)
+    return timed(write)
 
 
 def raw_ipc_read(path: str, batch: pa.RecordBatch, batches: int) -> float:
@@ -66,11 +85,11 @@ def raw_ipc_read(path: str, batch: pa.RecordBatch, batches: int) -> float:
             table = pa.ipc.open_stream(source).read_all()
             assert table.num_rows == batches * batch.num_rows
 
-    return timed(read)
+    return timed(read).wall
 
 
-def log_append(log: Log, batch: pa.RecordBatch, batches: int) -> float:
-    """Seconds to append ``batches`` copies of ``batch``."""
+def log_append(log: Log, batch: pa.RecordBatch, batches: int) -> Timing:
+    """Time to append ``batches`` copies of ``batch``."""
 
     def run() -> None:
         for _ in range(batches):
@@ -80,13 +99,15 @@ def log_append(log: Log, batch: pa.RecordBatch, batches: int) -> float:
 
 
 def log_read(log: Log, start: int, records: int) -> float:
+    """Seconds to read ``records`` records from ``start`` on, 16 MB per read."""
+
     def run() -> None:
         offset, end = start, start + records
         while offset < end:
             table = log.read(offset, max_bytes=16 << 20, max_offset=end)
             offset += table.num_rows
 
-    return timed(run)
+    return timed(run).wall
 
 
 def settle(log: Log) -> None:
@@ -115,60 +136,103 @@ def main() -> None:
     batch = make_batch()
     batches = args.records // BATCH
     records = batches * BATCH
-    rows: list[tuple[str, float, float | None]] = []
+    rows: list[tuple[str, float, float | None, float | None]] = []
+    paired: list[float] = []
     big_rows: list[tuple[str, float]] = []
     try:
         raw_path = os.path.join(root, "raw.arrows")
+        log_path = os.path.join(root, "log-append")
+        copy_path = os.path.join(root, "log-copy")
 
-        def append_round(flush: bool) -> float:
-            directory = os.path.join(root, "log-append")
-            shutil.rmtree(directory, ignore_errors=True)
+        def append_round(flush: bool) -> Timing:
+            shutil.rmtree(log_path, ignore_errors=True)
             os.sync()
-            log = Log.open(directory, LogConfig())
-            seconds = log_append(log, batch, batches)
+            log = Log.open(log_path, LogConfig())
+            timing = log_append(log, batch, batches)
             if flush:
-                seconds += timed(log.flush)
+                flushed = timed(log.flush)
+                timing = Timing(timing.wall + flushed.wall, timing.cpu + flushed.cpu)
             log.close()
-            return seconds
+            return timing
 
-        def raw_round() -> float:
+        def raw_round() -> Timing:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(raw_path)
             os.sync()
-            return raw_ipc(raw_path, batch, batches)[0]
+            return raw_ipc(raw_path, batch, batches)
+
+        def copy_round() -> Timing:
+            # What a follower does: append_raw of the leader's read_raw chunks.
+            with Log.open(log_path, LogConfig()) as leader:
+                chunks: list[pa.Buffer] = []
+                offset = 0
+                while offset < records:
+                    chunks.extend(leader.read_raw(offset, COPY_CHUNK_BYTES))
+                    offset = leader.read_batches(offset, COPY_CHUNK_BYTES)[-1].header.next_offset
+                shutil.rmtree(copy_path, ignore_errors=True)
+                os.sync()
+                follower = Log.open(copy_path, LogConfig())
+                timing = timed(lambda: [follower.append_raw(chunk) for chunk in chunks])
+                follower.close()
+            return timing
+
+        def first_read_after_reopen() -> float:
+            # A reopened log has checked no checksum yet: this read checks them all.
+            with Log.open(log_path, LogConfig()) as log:
+                return log_read(log, 0, records)
 
         # Interleaved rounds: the page cache's state after gigabytes of writes moves
         # every writer's speed, so the ceiling and the log are measured side by side.
-        writes: dict[str, list[float]] = {"raw": [], "append": [], "flush": []}
+        writes: dict[str, list[Timing]] = {"raw": [], "append": [], "flush": []}
         for _ in range(args.rounds):
             writes["raw"].append(raw_round())
             writes["append"].append(append_round(False))
             writes["flush"].append(append_round(True))
-        raw_write, append, append_flush = (min(writes[k]) for k in ("raw", "append", "flush"))
+        raw_write, append, append_flush = (
+            Timing(min(t.wall for t in writes[k]), min(t.cpu for t in writes[k]))
+            for k in ("raw", "append", "flush")
+        )
+        paired = [
+            raw.wall / log.wall for raw, log in zip(writes["raw"], writes["append"], strict=True)
+        ]
         raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
         os.unlink(raw_path)
-        log = Log.open(os.path.join(root, "log-append"), LogConfig())
-        read_cold = log_read(log, 0, records)  # first read after open checks every CRC
+        copies = [copy_round() for _ in range(args.rounds)]
+        copy = Timing(min(t.wall for t in copies), min(t.cpu for t in copies))
+        shutil.rmtree(copy_path)
+        read_cold = best(args.rounds, first_read_after_reopen)
+        log = Log.open(log_path, LogConfig())
         read = best(args.rounds, lambda: log_read(log, 0, records))
         log.close()
 
         fsync_batches = min(batches, 2000)
         log = Log.open(os.path.join(root, "log-fsync"), LogConfig(flush_messages=1))
-        fsync_each = log_append(log, batch, fsync_batches)
+        fsync_each = log_append(log, batch, fsync_batches).wall
         log.delete()
 
+        def write_row(name: str, timing: Timing) -> tuple[str, float, float, float]:
+            ratios = raw_write.wall / timing.wall, raw_write.cpu / timing.cpu
+            return name, records / timing.wall, *ratios
+
         rows = [
-            ("raw Arrow IPC write", records / raw_write, None),
-            ("Log.append", records / append, raw_write / append),
-            ("Log.append + flush (fsync) at end", records / append_flush, raw_write / append_flush),
+            ("raw Arrow IPC write", records / raw_write.wall, None, None),
+            write_row("Log.append", append),
+            write_row("Log.append + flush (fsync) at end", append_flush),
+            write_row(f"Log.append_raw ({COPY_CHUNK_BYTES >> 20} MB chunks, a follower)", copy),
             (
                 f"Log.append, flush.messages=1 ({fsync_batches} batches)",
                 fsync_batches * BATCH / fsync_each,
                 None,
+                None,
             ),
-            ("raw Arrow IPC read (memory-mapped)", records / raw_read, None),
-            ("Log.read", records / read, raw_read / read),
-            ("Log.read, first after reopen (CRC check)", records / read_cold, raw_read / read_cold),
+            ("raw Arrow IPC read (memory-mapped)", records / raw_read, None, None),
+            ("Log.read", records / read, raw_read / read, None),
+            (
+                "Log.read, first after reopen (CRC check)",
+                records / read_cold,
+                raw_read / read_cold,
+                None,
+            ),
         ]
         if args.big_gb > 0:
             big_rows = size_independence(
@@ -184,10 +248,18 @@ def main() -> None:
     print(
         f"{records:,} records of {VALUE_BYTES} bytes in batches of {BATCH}, best of {args.rounds}\n"
     )
-    print(f"{'operation':<48} {'records/s':>14} {'MB/s':>8} {'vs raw IPC':>11}")
-    for name, rps, ratio in rows:
+    header = f"{'operation':<48} {'records/s':>14} {'MB/s':>8} {'vs raw IPC':>11} {'CPU time':>9}"
+    print(header)
+    for name, rps, ratio, cpu_ratio in rows:
         shown = f"{ratio:>10.0%}" if ratio is not None else ""
-        print(f"{name:<48} {rps:>14,.0f} {rps * VALUE_BYTES / 1e6:>8,.0f} {shown:>11}")
+        cpu_shown = f"{cpu_ratio:>8.0%}" if cpu_ratio is not None else ""
+        print(
+            f"{name:<48} {rps:>14,.0f} {rps * VALUE_BYTES / 1e6:>8,.0f} {shown:>11} {cpu_shown:>9}"
+        )
+    if paired:
+        # Each round's ceiling and log run back to back: their ratio shows the spread.
+        print(f"Log.append vs raw IPC, round by round: {' '.join(f'{p:.0%}' for p in paired)}")
+        print("CPU time: the raw write's CPU time over the log's (the work, without waits)")
     if big_rows:
         print(f"\n{'size independence':<48} {'records/s':>14} {'MB/s':>8}")
         for name, rps in big_rows:
@@ -211,12 +283,12 @@ def size_independence(
     figures: dict[str, list[float]] = {"empty": [], "big": [], "raw": []}
     for _ in range(rounds):
         settle(empty)
-        figures["empty"].append(log_append(empty, batch, probe))
+        figures["empty"].append(log_append(empty, batch, probe).wall)
         settle(big)
-        figures["big"].append(log_append(big, batch, probe))
+        figures["big"].append(log_append(big, batch, probe).wall)
         os.sync()
         path = os.path.join(raw_dir, f"{next(counter)}.arrows")
-        figures["raw"].append(raw_ipc(path, batch, probe)[0])
+        figures["raw"].append(raw_ipc(path, batch, probe).wall)
     end = big.log_end_offset - probe_records
     size = f"{big.size_bytes / 1e9:.1f} GB log"
     rows = [

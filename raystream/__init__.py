@@ -12,6 +12,9 @@ follow kafka-python::
     producer.send("orders", b"hello", key=b"customer-1").get()
     consumer = cluster.consumer("orders", auto_offset_reset="earliest")
     for record in consumer: ...
+
+``rs.spark`` (Spark on Ray through RayDP) and ``rs.data`` (Ray Data) read and write
+topics as Arrow; they are imported on first use.
 """
 
 from importlib import import_module
@@ -28,6 +31,7 @@ from raystream.types import (
 )
 
 if TYPE_CHECKING:
+    from raystream import data, spark
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
     from raystream.client.consumer import Consumer
@@ -37,8 +41,9 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Names that need Ray (or the storage engine) are imported on first use, so that
-# ``import raystream.log`` stays a plain library import without Ray.
+# Names that need Ray (or the storage engine, or pyspark) are imported on first use, so
+# that ``import raystream.log`` stays a plain library import without Ray.
+_SUBMODULES = {"data": "raystream.data", "spark": "raystream.spark"}
 _LAZY = {
     "Admin": "raystream.client.admin",
     "Cluster": "raystream.client.cluster",
@@ -52,6 +57,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(_SUBMODULES[name])
     if name in _LAZY:
         value = getattr(import_module(_LAZY[name]), name)
         globals()[name] = value
@@ -75,5 +82,7 @@ __all__ = [
     "TopicPartition",
     "__version__",
     "connect",
+    "data",
     "errors",
+    "spark",
 ]

@@ -341,14 +341,17 @@ def to_user_table(table: pa.Table, topic: str, partition: int) -> pa.Table:
         "timestamp": table.column("timestamp"),
         "key": table.column("key"),
     }
-    value = table.column("value")
-    if pa.types.is_struct(value.type):
-        for i in range(value.type.num_fields):
-            name = value.type.field(i).name
-            columns[name] = pa.chunked_array(
-                [chunk.flatten()[i] for chunk in value.chunks], type=value.type.field(i).type
-            )
-    else:
-        columns["value"] = value
+    columns.update(value_columns(table.column("value")))
     columns["headers"] = table.column("headers")
     return pa.table(columns)
+
+
+def value_columns(value: pa.ChunkedArray) -> dict[str, pa.ChunkedArray]:
+    """The user's columns of a stored ``value`` column: ``value`` itself for a byte
+    topic, the schema's own columns for a typed topic (its struct flattened, no copy)."""
+    if not pa.types.is_struct(value.type):
+        return {"value": value}
+    return {
+        field.name: pa.chunked_array([chunk.flatten()[i] for chunk in value.chunks], field.type)
+        for i, field in enumerate(value.type)
+    }

@@ -22,7 +22,10 @@ def ensure_local_ray() -> None:
     """Start the session's local Ray unless one is running in this process."""
     import ray
 
+    from raystream.java import provide_java
+
     if not ray.is_initialized():
+        provide_java()  # Spark tests need Java workers on the node
         ray.init(
             address="local",  # a fresh Ray even if a ``ray start`` cluster is running
             num_cpus=8,
@@ -45,6 +48,13 @@ def ray_session() -> Iterator[None]:
     yield
     if ray.is_initialized():
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def start_local_ray(ray_session: None) -> Callable[[], None]:
+    """:func:`ensure_local_ray`, for fixtures of other conftests with a wider scope than
+    a test (they cannot use ``local_ray``)."""
+    return ensure_local_ray
 
 
 @pytest.fixture

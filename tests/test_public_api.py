@@ -23,7 +23,9 @@ API = {
     "TopicPartition",
     "__version__",
     "connect",
+    "data",
     "errors",
+    "spark",
 }
 
 ERRORS = {
@@ -62,8 +64,28 @@ def test_every_documented_error_exists_and_says_if_it_is_retriable() -> None:
         assert name.endswith("Error")
 
 
+def test_importing_raystream_starts_neither_ray_nor_spark() -> None:
+    code = (
+        "import sys, raystream; "
+        "assert not {'ray', 'pyspark', 'raydp'} & set(sys.modules), sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_the_storage_engine_imports_without_ray() -> None:
     code = (
         "import sys, raystream.log, raystream.controller.placement; assert 'ray' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_spark_and_data_export_functions_whatever_was_imported_first() -> None:
+    code = (
+        "import raystream.spark.source, raystream.spark.microbatch, raystream.data.reader; "
+        "import raystream as rs, inspect; "
+        "names = [rs.spark.session, rs.spark.stop, rs.spark.stream, rs.spark.read_topic, "
+        "rs.spark.write_topic, rs.spark.release, rs.data.read_topic, rs.data.write_topic, "
+        "rs.data.iter_topic]; "
+        "assert all(inspect.isfunction(f) for f in names), names"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

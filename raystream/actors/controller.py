@@ -803,6 +803,7 @@ class Controller:
                         if p.leader != OFFLINE
                         else None
                     ),
+                    leader_node=p.nodes.get(p.leader) if p.leader != OFFLINE else None,
                 )
                 for p in topic.partitions
             ],

@@ -37,7 +37,9 @@ import contextlib
 import logging
 import os
 import shutil
+import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -55,9 +57,10 @@ from raystream.errors import (
     RaystreamTimeoutError,
 )
 from raystream.log import Log, LogConfig
-from raystream.log.batch import stored_headers
+from raystream.log.batch import BatchHeader, PayloadDecoder, stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
 from raystream.log.producer_state import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     SEQUENCE_LIMIT,
     AppendCheck,
@@ -74,8 +77,8 @@ from raystream.protocol import (
     ProduceResponse,
     Result,
     failure,
+    wire_bytes,
 )
-from raystream.records import empty_fetch
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 from raystream.transactions.markers import marker_batch
@@ -93,7 +96,19 @@ REPLICA_FETCH_WAIT_MS = 500
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
-MAX_PRODUCER_EPOCH = (1 << 15) - 1
+
+
+def _consumer_skip(
+    aborted: Callable[[BatchHeader], bool] | None,
+) -> Callable[[BatchHeader], bool]:
+    """What a consumer fetch leaves out: transaction markers, and aborted batches."""
+    if aborted is None:
+        return _is_control
+    return lambda header: header.is_control or aborted(header)
+
+
+def _is_control(header: BatchHeader) -> bool:
+    return header.is_control
 
 
 def replica_directory(data_dir: str, topic: str, partition: int, replica_id: int) -> str:
@@ -163,7 +178,11 @@ class PartitionReplica:
         self._rebuild_producer_state()
         self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
-        self._empty = empty_fetch(record_schema)
+        self._decoder = PayloadDecoder()
+        # pyarrow imports pandas on its first array conversion (up to a second on a
+        # busy machine): pay for it as the replica starts, not in its first produce.
+        pa.array([], pa.int64()).to_numpy()
+        self._last_schema: pa.Schema | None = None  # the last schema found equal
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -253,7 +272,7 @@ class PartitionReplica:
 
     async def produce(
         self,
-        batch: pa.RecordBatch,
+        batch: pa.RecordBatch | bytes,
         acks: int | str = 1,
         timeout_ms: int = 30_000,
         compression: str | None = None,
@@ -263,6 +282,10 @@ class PartitionReplica:
         transactional: bool = False,
     ) -> ProduceResponse:
         """Append one batch as leader; answer with its base offset.
+
+        ``batch`` is a RecordBatch of the topic's layout or, as producers send it, the
+        bytes of a one-batch Arrow IPC stream (cheaper for Ray to carry than a pickled
+        RecordBatch; decoded here without a copy).
 
         ``acks=0`` and ``acks=1`` answer after the leader's append; ``acks="all"``
         answers once every ISR member has the batch, and is refused with
@@ -281,15 +304,21 @@ class PartitionReplica:
             if required is None:
                 raise InvalidRequestError(f"acks={acks!r} is invalid; use 0, 1, 'all' or -1")
             self._require_leader()
+            if isinstance(batch, bytes | pa.Buffer):
+                batch = self._decode(batch)
             if not isinstance(batch, pa.RecordBatch):
                 raise InvalidRecordError(
-                    f"produce takes a pyarrow RecordBatch, not {type(batch).__name__}"
+                    f"produce takes a pyarrow RecordBatch or its Arrow IPC stream, not "
+                    f"{type(batch).__name__}"
                 )
-            if not batch.schema.equals(self.record_schema):
+            if batch.schema is not self._last_schema and not batch.schema.equals(
+                self.record_schema
+            ):
                 raise InvalidRecordError(
                     f"batch schema does not match topic {self.topic!r}: expected "
                     f"{self.record_schema}, got {batch.schema}"
                 )
+            self._last_schema = batch.schema
             _check_producer_fields(producer_id, producer_epoch, base_sequence)
             if transactional is not False and (
                 transactional is not True or producer_id == NO_PRODUCER_ID
@@ -440,6 +469,13 @@ class PartitionReplica:
             raise error
         return check
 
+    def _decode(self, data: bytes | pa.Buffer) -> pa.RecordBatch:
+        """The record batch in an Arrow IPC stream (zero-copy; schemas parsed once)."""
+        try:
+            return self._decoder.decode(data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
+        except (pa.ArrowException, ValueError, IndexError, struct.error) as error:
+            raise InvalidRecordError(f"produce data is not an Arrow IPC stream: {error}") from None
+
     async def _await_commit(self, offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark reaches ``offset`` (the ISR has the batch)."""
         deadline = time.monotonic() + timeout_ms / 1000
@@ -546,7 +582,10 @@ class PartitionReplica:
         min_bytes: int = 1,
         isolation_level: str = "read_uncommitted",
     ) -> FetchResponse:
-        """Records from ``offset`` below the high watermark, waiting for some if none.
+        """Stored batches from ``offset`` below the high watermark, waiting for some if none.
+
+        The batches go as stored, undecoded (see :class:`~raystream.protocol.FetchResponse`);
+        ``max_bytes`` and ``min_bytes`` count their stored size.
 
         ``read_committed`` reads below the last stable offset and skips aborted
         transactions' batches; either level hides markers. Long polling: when fewer
@@ -569,19 +608,25 @@ class PartitionReplica:
             while True:
                 self._check_range(offset)
                 limit = self._read_limit(committed)
-                skip = self.producers.aborted_filter(offset, limit) if committed else None
-                table, next_offset = self.log.read_until(offset, max_bytes, limit, skip)
+                aborted = self.producers.aborted_filter(offset, limit) if committed else None
+                runs, next_offset = self.log.read_raw_until(
+                    offset, max_bytes, limit, _consumer_skip(aborted)
+                )
+                size = sum(run.size for run in runs)
                 remaining = deadline - time.monotonic()
                 if (
-                    (table.num_rows and table.nbytes >= min_bytes)
-                    or next_offset > offset  # only markers or aborted batches: move on
+                    (size and size >= min_bytes)
+                    or (not runs and next_offset > offset)  # only markers or aborted batches
                     or remaining <= 0
                 ):
                     break
                 await self._wait(self._committed_event(), remaining)
                 self._require_leader()
             return FetchResponse(
-                records=table if table.num_rows else self._empty,
+                data=tuple(wire_bytes(run) for run in runs),
+                fetch_offset=offset,
+                limit=limit,
+                schema=None if runs else self.record_schema,
                 high_watermark=self.known_high_watermark,
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
@@ -805,9 +850,11 @@ class PartitionReplica:
     def _rebuild_producer_state(self) -> None:
         """Producer state from the newest usable snapshot plus the batch headers after it."""
         start = self.producers.load(self.log.log_start_offset, self.log.log_end_offset)
-        self.producers.apply_all(
-            header for header in self.log.batch_headers(start) if header.next_offset > start
-        )
+        if start < self.log.log_end_offset:
+            self.producers.apply_all(
+                header for header in self.log.batch_headers(start) if header.next_offset > start
+            )
+        self.producers.map_end_offset = self.log.log_end_offset
 
     async def _snapshot_producer_state(self) -> None:
         """Snapshot the producer state if it moved (the file is written off the loop)."""

@@ -151,6 +151,7 @@ def _up(args: argparse.Namespace) -> int:
     import ray
 
     from raystream.client.cluster import connect
+    from raystream.java import provide_java
 
     address = args.address
     if address is None and not ray.is_initialized():
@@ -162,6 +163,7 @@ def _up(args: argparse.Namespace) -> int:
             if args.num_cpus is not None:
                 command.append(f"--num-cpus={args.num_cpus}")
             print("starting a local Ray:", " ".join(command[3:]), flush=True)
+            provide_java()  # the node gets Java workers (Spark on Ray) only if it finds one
             subprocess.run(command, check=True, capture_output=True)
             ray.init(address="auto", logging_level="error", log_to_driver=False)
     data_dir = args.data_dir or _remembered_data_dir(args.namespace)

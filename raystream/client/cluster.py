@@ -28,6 +28,7 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
+from raystream.java import provide_java
 from raystream.protocol import Result, TopicMetadata
 
 DEFAULT_NAMESPACE = "raystream"
@@ -64,6 +65,7 @@ def connect(
         InvalidConfigError: ``data_dir`` differs from the running cluster's.
     """
     if not ray.is_initialized():
+        provide_java()  # Ray gives a node Java workers (Spark on Ray) only if it finds one
         ray_init_kwargs.setdefault("logging_level", "warning")
         ray_init_kwargs.setdefault("log_to_driver", False)
         ray.init(address=address, **ray_init_kwargs)

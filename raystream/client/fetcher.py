@@ -371,13 +371,12 @@ class Fetcher:
         if error is None:
             if response.high_watermark >= 0:  # -1: a new leader has none yet
                 state.high_watermark = response.high_watermark
-            table = response.records
+            table, next_offset = response.decode()
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
-                end = max(int(offsets[-1]) + 1, response.next_offset)
-                state.buffer = _Buffer(table, offsets, 0, flight.offset, end)
-            elif response.next_offset > flight.offset:  # only markers or aborted batches
-                state.position = response.next_offset
+                state.buffer = _Buffer(table, offsets, 0, flight.offset, next_offset)
+            elif next_offset > flight.offset:  # compacted away, markers, aborted batches
+                state.position = next_offset
         elif isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(state, flight.offset, error)
         elif error.retriable:

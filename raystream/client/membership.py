@@ -210,7 +210,8 @@ class GroupMembership:
     def leave(self) -> None:
         """Leave the group (static members stay: their session timeout covers a restart)."""
         if self._join is not None:
-            ray.cancel(self._join)
+            with contextlib.suppress(Exception):  # already answered, or the actor is gone
+                ray.cancel(self._join)
             self._join = None
         self._rejoin = False
         self.topics = []

@@ -183,95 +183,53 @@ def verify_crc(buffer: object, position: int, header: BatchHeader, where: str) -
 
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
-Piece = pa.Buffer | bytes | bytearray
-"""A part of an encoded batch. A batch is written as its pieces with one ``writev``
-rather than joined first, so its data is copied once: into the page cache."""
-
-COPY_BELOW = 4096
-"""Encoded parts smaller than this are copied into the neighbouring piece: below a
-page, a copy costs less than another ``writev`` vector and another CRC32C call."""
-
-
-class _PieceSink:
-    """A write-only file object that keeps what an Arrow IPC writer writes to it.
-
-    Wrapped in ``pa.PythonFile``, it receives the writer's metadata as small ``bytes``
-    and the batch's body buffers as zero-copy ``pa.Buffer`` views of the batch's own
-    memory (of the compressed buffers with a codec). Small parts are gathered into
-    bytearrays; large buffers are kept as they are, uncopied.
-    """
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.pieces: list[Piece] = []
-
-    def write(self, data: pa.Buffer | bytes) -> int:
-        """Keep ``data``: by reference if large, else appended to the last small piece."""
-        pieces = self.pieces
-        if len(data) >= COPY_BELOW:
-            pieces.append(data)
-        elif pieces and type(pieces[-1]) is bytearray:
-            pieces[-1] += data
-        else:
-            pieces.append(bytearray(data))
-        return len(data)
-
-    def flush(self) -> None:
-        """Nothing is buffered."""
-
-    def close(self) -> None:
-        """Nothing to release."""
+Piece = pa.Buffer | bytes
+"""A part of an encoded batch. A batch goes to disk as its pieces with one ``writev``,
+not joined first, so its serialized body is not copied again before the page cache."""
 
 
 class BatchEncoder:
-    """Encodes record batches as stored batches (header + Arrow IPC stream), uncopied.
+    """Encodes record batches as stored batches: a header, then an Arrow IPC stream.
 
-    An Arrow IPC stream writer, kept open while the schema and codec stay the same,
-    writes each batch's message into a :class:`_PieceSink`. The pieces, behind the
-    cached schema message and a header whose CRC32C runs over all of them, go to the
-    segment file with one ``writev``: the batch's data is copied once, as a plain Arrow
-    IPC writer copies it, instead of serialized into a new buffer first. A schema with
-    dictionaries gets a fresh stream per batch, which carries the dictionary messages
-    the batch refers to (a payload must decode on its own).
+    Two steps, so a caller can work out header fields (the time range) between them,
+    while the batch's data is still in the CPU cache from serializing it:
+    :meth:`payload` serializes, :meth:`seal` puts the header with its CRC32C in front.
+
+    Per distinct schema the schema message is serialized once. An uncompressed batch
+    without dictionaries is then one ``RecordBatch.serialize()`` (a single C++ copy of
+    its buffers) between the cached schema message and the end marker. A codec or a
+    dictionary-encoded column takes a stream writer per batch, which compresses and
+    carries the dictionary messages the batch refers to, so that every payload decodes
+    on its own.
 
     Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
     """
 
     def __init__(self) -> None:
-        self._sink = _PieceSink()
-        self._file = pa.PythonFile(self._sink, mode="w")
         self._schema: pa.Schema | None = None
-        self._compression: str | None = None
-        self._options = pa.ipc.IpcWriteOptions()
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema_message = b""
+        self._has_dictionaries = False
 
-    def _prepare(self, batch: pa.RecordBatch, compression: str | None) -> None:
-        """Set up the writer for the batch's schema and codec, unless it is set up."""
+    def payload(self, batch: pa.RecordBatch, compression: str | None) -> list[Piece]:
+        """The pieces of ``batch``'s Arrow IPC stream (schema, batch, end of stream)."""
         schema = batch.schema
-        if (
-            self._schema is not None
-            and compression == self._compression
-            and (schema is self._schema or schema.equals(self._schema, check_metadata=True))
+        if self._schema is None or not (
+            schema is self._schema or schema.equals(self._schema, check_metadata=True)
         ):
-            return
-        self._schema = None
-        self._writer = None
-        self._options = pa.ipc.IpcWriteOptions(compression=compression)
-        if not any(_has_dictionaries(field.type) for field in schema):
             self._schema_message = schema.serialize().to_pybytes()
-            self._writer = pa.ipc.new_stream(self._file, schema, options=self._options)
-            # The writer emits the schema with its first batch: let that be an empty one.
-            self._writer.write_batch(batch.slice(0, 0))
-            self._sink.pieces = []
-        self._schema = schema
-        self._compression = compression
+            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+            self._schema = schema
+        if compression is None and not self._has_dictionaries:
+            return [self._schema_message, batch.serialize(), END_OF_STREAM]
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        with pa.ipc.new_stream(sink, schema, options=options) as writer:
+            writer.write_batch(batch)
+        return [sink.getvalue()]
 
-    def encode(
-        self,
-        batch: pa.RecordBatch,
-        compression: str | None,
+    @staticmethod
+    def seal(
+        payload: list[Piece],
         *,
         base_offset: int,
         partition_leader_epoch: int,
@@ -282,29 +240,14 @@ class BatchEncoder:
         producer_id: int,
         producer_epoch: int,
         base_sequence: int,
+        record_count: int,
     ) -> tuple[list[Piece], BatchHeader]:
-        """The pieces of the stored batch (header first) and its header, CRC filled in.
+        """The stored batch's pieces (header, then ``payload``) and its header.
 
-        The pieces reference ``batch``'s memory: write them before the batch changes.
+        The CRC32C runs over the covered header fields and then the payload pieces as
+        they are, so no piece is copied to checksum it.
         """
-        self._prepare(batch, compression)
-        head = bytearray(HEADER_SIZE)
-        sink = self._sink
-        sink.pieces = pieces = [head]
-        try:
-            if self._writer is None:
-                with pa.ipc.new_stream(self._file, batch.schema, options=self._options) as w:
-                    w.write_batch(batch)
-            else:
-                head += self._schema_message
-                self._writer.write_batch(batch)
-                sink.write(END_OF_STREAM)
-        finally:
-            sink.pieces = []
-        record_count = batch.num_rows
-        _TAIL.pack_into(
-            head,
-            CRC_START,
+        covered = _TAIL.pack(
             attributes,
             last_offset_delta,
             base_timestamp,
@@ -314,11 +257,10 @@ class BatchEncoder:
             base_sequence,
             record_count,
         )
-        crc = crc32c.crc32c(memoryview(head)[CRC_START:])
-        for piece in pieces[1:]:
+        crc = crc32c.crc32c(covered)
+        for piece in payload:
             crc = crc32c.crc32c(piece, value=crc)
-        size = payload_size(pieces)
-        _HEAD.pack_into(head, 0, base_offset, size, partition_leader_epoch, MAGIC, crc)
+        size = HEADER_SIZE + payload_size(payload)
         header = BatchHeader(
             base_offset,
             size,
@@ -334,7 +276,8 @@ class BatchEncoder:
             base_sequence,
             record_count,
         )
-        return pieces, header
+        head = _HEAD.pack(base_offset, size, partition_leader_epoch, MAGIC, crc) + covered
+        return [head, *payload], header
 
 
 def _has_dictionaries(data_type: pa.DataType) -> bool:
@@ -438,9 +381,8 @@ def rewrite_batch(
     if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
         data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
         attributes |= ATTR_EXPLICIT_OFFSETS
-    return encoder.encode(
-        data,
-        header.compression,
+    return encoder.seal(
+        encoder.payload(data, header.compression),
         base_offset=header.base_offset,
         partition_leader_epoch=header.partition_leader_epoch,
         attributes=attributes,
@@ -450,4 +392,5 @@ def rewrite_batch(
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        record_count=len(kept),
     )

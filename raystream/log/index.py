@@ -15,15 +15,12 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-import struct
 from array import array
 
 import numpy as np
 
 _OFFSET_ENTRY = np.dtype([("relative_offset", "<i4"), ("position", "<i4")])
 _TIME_ENTRY = np.dtype([("timestamp", "<i8"), ("relative_offset", "<i4")])
-_PACK_OFFSET = struct.Struct("<ii").pack
-_PACK_TIME = struct.Struct("<qi").pack
 
 
 def _increasing(values: array, minimum: int) -> bool:
@@ -35,12 +32,11 @@ def _increasing(values: array, minimum: int) -> bool:
 
 
 class _IndexFile:
-    """An append-only file of fixed-size entries with pending writes."""
+    """An append-only file of fixed-size entries, opened on the first write."""
 
     def __init__(self, path: str, dtype: np.dtype) -> None:
         self.path = path
         self._dtype = dtype
-        self._pending = bytearray()
         self._file = None
 
     def load(self) -> np.ndarray | None:
@@ -53,16 +49,12 @@ class _IndexFile:
         whole = len(data) - len(data) % self._dtype.itemsize
         return np.frombuffer(data[:whole], dtype=self._dtype)
 
-    def add(self, entry: bytes) -> None:
-        self._pending += entry
-
-    def flush(self, fsync: bool) -> None:
-        """Write pending entries; with ``fsync`` make them durable."""
+    def append(self, entries: np.ndarray, fsync: bool) -> None:
+        """Write ``entries`` at the end; with ``fsync`` make the file durable."""
         if self._file is None:
             self._file = open(self.path, "ab")  # noqa: SIM115 - kept open for appends
-        if self._pending:
-            self._file.write(self._pending)
-            self._pending.clear()
+        if len(entries):
+            self._file.write(entries.tobytes())
         self._file.flush()
         if fsync:
             os.fsync(self._file.fileno())
@@ -70,21 +62,20 @@ class _IndexFile:
     def rewrite(self, entries: np.ndarray) -> None:
         """Replace the file with exactly ``entries`` (after truncation or rebuild)."""
         self.close()
-        self._pending.clear()
         with open(self.path, "wb") as f:
             f.write(entries.tobytes())
 
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None
+
     def close(self) -> None:
         if self._file is not None:
-            if self._pending:
-                self._file.write(self._pending)
-                self._pending.clear()
             self._file.close()
             self._file = None
 
     def delete(self) -> None:
         self.close()
-        self._pending.clear()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -94,6 +85,8 @@ class _PairIndex:
 
     Subclasses say how an entry file's fields map to the two arrays; this class keeps
     the arrays and the file in step through appends, truncation, reset and reload.
+    An append only extends the arrays; the entries past ``_written`` are packed and
+    written together when the segment is flushed, so appending costs no packing.
     """
 
     _dtype: np.dtype
@@ -103,6 +96,7 @@ class _PairIndex:
         self._file = _IndexFile(path, self._dtype)
         self._first = array("q")
         self._second = array("q")
+        self._written = 0
 
     @property
     def path(self) -> str:
@@ -119,26 +113,24 @@ class _PairIndex:
         first, second = self._from_entries(entries)
         self._first = array("q", first.astype(np.int64))
         self._second = array("q", second.astype(np.int64))
+        self._written = len(self._first)
         return True
-
-    def _add(self, first: int, second: int) -> None:
-        self._first.append(first)
-        self._second.append(second)
-        self._file.add(self._pack_entry(first, second))
 
     def _truncate(self, keep: int) -> None:
         del self._first[keep:]
         del self._second[keep:]
-        self._rewrite()
+        self._file.rewrite(self._entries(0))
+        self._written = len(self._first)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._truncate(0)
 
-    def _rewrite(self) -> None:
-        first = np.asarray(self._first, dtype=np.int64)
-        second = np.asarray(self._second, dtype=np.int64)
-        self._file.rewrite(self._to_entries(first, second))
+    def _entries(self, start: int) -> np.ndarray:
+        """The entries from ``start`` on, in the file's format."""
+        first = np.frombuffer(self._first, dtype=np.int64)[start:]
+        second = np.frombuffer(self._second, dtype=np.int64)[start:]
+        return self._to_entries(first, second)
 
     def _from_entries(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise NotImplementedError
@@ -146,13 +138,16 @@ class _PairIndex:
     def _to_entries(self, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def _pack_entry(self, first: int, second: int) -> bytes:
-        raise NotImplementedError
-
     def flush(self, fsync: bool) -> None:
-        self._file.flush(fsync)
+        """Write the entries added since the last flush; with ``fsync`` make them durable."""
+        self._file.append(self._entries(self._written), fsync)
+        self._written = len(self._first)
 
     def close(self) -> None:
+        """Write unwritten entries if the file is open (a flushed segment), and close it."""
+        if self._file.is_open and self._written < len(self._first):
+            self._file.append(self._entries(self._written), fsync=False)
+            self._written = len(self._first)
         self._file.close()
 
     def delete(self) -> None:
@@ -177,12 +172,10 @@ class OffsetIndex(_PairIndex):
         entries["position"] = positions
         return entries
 
-    def _pack_entry(self, offset: int, position: int) -> bytes:
-        return _PACK_OFFSET(offset - self.base_offset, position)
-
     def append(self, offset: int, position: int) -> None:
         """Add an entry for the batch starting at ``offset`` stored at ``position``."""
-        self._add(offset, position)
+        self._first.append(offset)
+        self._second.append(position)
 
     def is_sane(self) -> bool:
         """Whether the loaded entries keep the invariant (else the file is garbage)."""
@@ -225,14 +218,13 @@ class TimeIndex(_PairIndex):
         entries["relative_offset"] = offsets - self.base_offset
         return entries
 
-    def _pack_entry(self, timestamp: int, offset: int) -> bytes:
-        return _PACK_TIME(timestamp, offset - self.base_offset)
-
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add ``(timestamp, offset)`` if it extends the index monotonically."""
-        if self._first and (timestamp <= self._first[-1] or offset <= self._second[-1]):
+        timestamps = self._first
+        if timestamps and (timestamp <= timestamps[-1] or offset <= self._second[-1]):
             return
-        self._add(timestamp, offset)
+        timestamps.append(timestamp)
+        self._second.append(offset)
 
     def is_sane(self, last_offset: int) -> bool:
         """Whether the entries increase and stop at ``last_offset`` (the offset index's

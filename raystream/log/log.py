@@ -286,20 +286,23 @@ class Log:
                 | (ATTR_CONTROL if is_control else 0)
                 | (ATTR_COMMIT if is_control and is_commit else 0)
             )
-            if config.message_timestamp_type == "LogAppendTime":
+            append_time = config.message_timestamp_type == "LogAppendTime"
+            if append_time:
                 record_batch = _with_timestamp(record_batch, facts.timestamp_index, now)
                 attributes |= ATTR_LOG_APPEND_TIME
+            codec = self._codec(compression)
+            attributes |= CODECS[codec]
+            payload = self._encoder.payload(record_batch, codec)
+            # The time range after serializing: the batch's data is in the CPU cache now.
+            if append_time:
                 base_timestamp = max_timestamp = now
             else:
                 base_timestamp, batch_max = facts.timestamp_range(record_batch, now)
                 max_timestamp = batch_max if max_timestamp is None else max_timestamp
-            codec = self._codec(compression)
-            attributes |= CODECS[codec]
             count = record_batch.num_rows
             base_offset = self._segments[-1].next_offset
-            pieces, header = self._encoder.encode(
-                record_batch,
-                codec,
+            pieces, header = self._encoder.seal(
+                payload,
                 base_offset=base_offset,
                 partition_leader_epoch=partition_leader_epoch,
                 attributes=attributes,
@@ -309,6 +312,7 @@ class Log:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                record_count=count,
             )
             if header.size > config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -487,7 +491,7 @@ class Log:
         while True:
             stored = self.read_batches(start_offset, max_bytes, max_offset)
             limit = self.log_end_offset if max_offset is None else max_offset
-            table, next_offset = self._decode(stored, start_offset, limit, skip)
+            table, next_offset = decode_stored(self._decoder, stored, start_offset, limit, skip)
             if table.num_rows or not stored:
                 return table, max(next_offset, start_offset)
             # Nothing readable in these batches (skipped, or compacted away): go on.
@@ -501,19 +505,28 @@ class Log:
         What a leader sends a follower: whole checksum-checked batches, headers
         included, zero-copy slices of the segments (one per segment spanned).
         """
-        runs: list[pa.Buffer] = []
-        start = end = -1
-        buffer = None
-        for item in self.read_batches(start_offset, max_bytes, max_offset):
-            if item.buffer is buffer and item.position == end:
-                end += item.header.size
-                continue
-            if buffer is not None:
-                runs.append(buffer.slice(start, end - start))
-            buffer, start, end = item.buffer, item.position, item.position + item.header.size
-        if buffer is not None:
-            runs.append(buffer.slice(start, end - start))
-        return runs
+        return _runs(self.read_batches(start_offset, max_bytes, max_offset))
+
+    def read_raw_until(
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
+    ) -> tuple[list[pa.Buffer], int]:
+        """:meth:`read_raw` leaving out the batches ``skip`` names, and the offset right
+        after the last batch examined (what a consumer fetch sends: the reader goes on
+        from there, past batches it must not see, such as markers)."""
+        limit = self.log_end_offset if max_offset is None else max_offset
+        while True:
+            stored = self.read_batches(start_offset, max_bytes, max_offset)
+            if not stored:
+                return [], start_offset
+            examined = max(min(stored[-1].header.next_offset, limit), start_offset)
+            kept = stored if skip is None else [b for b in stored if not skip(b.header)]
+            if kept:
+                return _runs(kept), examined
+            start_offset = examined  # nothing to send in these: go on past them
 
     def batch_headers(self, start_offset: int) -> list[BatchHeader]:
         """Headers of the batches from the one holding ``start_offset`` on, in log order.
@@ -609,69 +622,7 @@ class Log:
 
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
-        return self._decode(stored, start_offset, limit, None)[0]
-
-    def _decode(
-        self,
-        stored: list[StoredBatch],
-        start_offset: int,
-        limit: int,
-        skip: Callable[[BatchHeader], bool] | None,
-    ) -> tuple[pa.Table, int]:
-        """Rows of ``stored`` in [start_offset, limit) and the offset after the last
-        batch taken in (the decode stops early where the schema changes)."""
-        batches: list[pa.RecordBatch] = []
-        ranges: list[np.ndarray | tuple[int, int]] = []
-        schema: pa.Schema | None = None
-        contiguous = True
-        next_offset = -1
-        examined = start_offset
-        for item in stored:
-            header = item.header
-            if header.is_control or (skip is not None and skip(header)):
-                examined = min(header.next_offset, limit)
-                continue
-            batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
-            if header.has_explicit_offsets:
-                rows = batch_offsets(header, decoded)
-                decoded = user_columns(header, decoded)
-                batch_schema = decoded.schema
-            if schema is None:
-                schema = batch_schema
-            elif batch_schema is not schema and not batch_schema.equals(schema):
-                break
-            examined = min(header.next_offset, limit)
-            count = decoded.num_rows
-            if header.has_explicit_offsets:
-                lo = int(np.searchsorted(rows, start_offset))
-                hi = int(np.searchsorted(rows, limit))
-                rows = rows[lo:hi]
-                contiguous = False
-            else:
-                base = header.base_offset
-                lo = max(start_offset - base, 0)
-                hi = min(limit - base, count)
-                rows = (base + lo, base + hi)
-                if next_offset >= 0 and base + lo != next_offset:
-                    contiguous = False
-                next_offset = base + hi
-            if hi <= lo:
-                continue
-            if lo or hi < count:
-                decoded = decoded.slice(lo, hi - lo)
-            batches.append(decoded)
-            ranges.append(rows)
-        if not batches:
-            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())}), examined
-        table = pa.Table.from_batches(batches)
-        if contiguous:
-            first = ranges[0][0]
-            column = np.arange(first, first + table.num_rows, dtype=np.int64)
-        else:
-            column = np.concatenate(
-                [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
-            )
-        return table.append_column(OFFSET_COLUMN, pa.array(column)), examined
+        return stored_to_table(self._decoder, stored, start_offset, limit)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None.
@@ -964,6 +915,9 @@ class _SchemaFacts(NamedTuple):
     timestamp_unit: str | None
     """How the column holds time: "int" (ms), an Arrow timestamp unit, or None when the
     column is absent or of another type (then the append time stands in)."""
+    timestamp_dtype: np.dtype | None
+    """The numpy type of the column's values when they are milliseconds as stored (an
+    integer or a timestamp[ms] column), so they are read in place; else None."""
 
     @classmethod
     def of(cls, schema: pa.Schema) -> _SchemaFacts:
@@ -976,13 +930,20 @@ class _SchemaFacts(NamedTuple):
         for name in (OFFSET_COLUMN, EXPLICIT_OFFSET_COLUMN):
             if name in names:
                 raise InvalidRecordError(f"column name {name!r} is reserved by the log")
-        return cls(schema, *_timestamp_column(schema))
+        index, unit = _timestamp_column(schema)
+        dtype = None
+        if unit == "int":
+            dtype = np.dtype(schema.field(index).type.to_pandas_dtype())
+        elif unit == "ms":
+            dtype = np.dtype(np.int64)
+        return cls(schema, index, unit, dtype)
 
     def timestamp_range(self, batch: pa.RecordBatch, now: int) -> tuple[int, int]:
         """(min, max) of the batch's ``timestamp`` column in ms, or (now, now) without one.
 
-        Two numpy reductions over a zero-copy view: a C-speed pass each, and cheaper for
-        a batch of a thousand rows than one Arrow compute kernel call.
+        Two numpy reductions over the column's values buffer, read in place: per batch
+        of a thousand rows that costs less than ``to_numpy`` or an Arrow compute kernel,
+        whose dispatch outweighs the pass itself.
         """
         unit = self.timestamp_unit
         if unit is None:
@@ -992,8 +953,14 @@ class _SchemaFacts(NamedTuple):
             column = column.drop_null()
             if not len(column):
                 return now, now
-        values = _millis(column, unit)
-        return int(values.min()), int(values.max())
+        dtype = self.timestamp_dtype
+        if dtype is None:  # seconds, micro- or nanoseconds
+            milliseconds = pc.cast(column, pa.timestamp("ms"), safe=False)
+            values = milliseconds.to_numpy().view(np.int64)
+        else:
+            data = column.buffers()[1]
+            values = np.frombuffer(data, dtype, len(column), column.offset * dtype.itemsize)
+        return int(_MIN(values)), int(_MAX(values))
 
 
 def _timestamp_column(schema: pa.Schema) -> tuple[int, str | None]:
@@ -1009,13 +976,117 @@ def _timestamp_column(schema: pa.Schema) -> tuple[int, str | None]:
     return index, None
 
 
-def _millis(column: pa.Array, unit: str) -> np.ndarray:
-    """A null-free time column (``unit`` as in :class:`_SchemaFacts`) as ms numbers."""
-    if unit == "int":
-        return column.to_numpy()
-    if unit != "ms":
-        column = pc.cast(column, pa.timestamp("ms"), safe=False)
-    return column.to_numpy().view(np.int64)
+_MIN = np.minimum.reduce
+_MAX = np.maximum.reduce
+"""The reductions themselves, without ndarray.min/max's Python-level wrappers."""
+
+
+def stored_to_table(
+    decoder: PayloadDecoder, stored: list[StoredBatch], start_offset: int, limit: int
+) -> pa.Table:
+    """Decode stored batches into one Table of rows in [start_offset, limit), plus ``offset``.
+
+    Zero-copy: the table's buffers are views of the batches' bytes. Stops where the
+    schema changes, so the table has one schema; a table without rows has only the
+    ``offset`` column. Transaction markers are never rows. Used by reads and by
+    consumers decoding fetched batches.
+    """
+    return decode_stored(decoder, stored, start_offset, limit)[0]
+
+
+def decode_stored(
+    decoder: PayloadDecoder,
+    stored: list[StoredBatch],
+    start_offset: int,
+    limit: int,
+    skip: Callable[[BatchHeader], bool] | None = None,
+) -> tuple[pa.Table, int]:
+    """:func:`stored_to_table`, skipping markers and the batches ``skip`` names, and the
+    offset after the last batch taken in (or skipped)."""
+    batches: list[pa.RecordBatch] = []
+    ranges: list[np.ndarray | tuple[int, int]] = []
+    schema: pa.Schema | None = None
+    contiguous = True
+    next_offset = -1
+    examined = start_offset
+    for item in stored:
+        header = item.header
+        if header.is_control or (skip is not None and skip(header)):
+            examined = min(header.next_offset, limit)
+            continue
+        batch_schema, decoded = decoder.decode_with_schema(item.payload)
+        if header.has_explicit_offsets:
+            rows = batch_offsets(header, decoded)
+            decoded = user_columns(header, decoded)
+            batch_schema = decoded.schema
+        if schema is None:
+            schema = batch_schema
+        elif batch_schema is not schema and not batch_schema.equals(schema):
+            break
+        examined = min(header.next_offset, limit)
+        count = decoded.num_rows
+        if header.has_explicit_offsets:
+            lo = int(np.searchsorted(rows, start_offset))
+            hi = int(np.searchsorted(rows, limit))
+            rows = rows[lo:hi]
+            contiguous = False
+        else:
+            base = header.base_offset
+            lo = max(start_offset - base, 0)
+            hi = min(limit - base, count)
+            rows = (base + lo, base + hi)
+            if next_offset >= 0 and base + lo != next_offset:
+                contiguous = False
+            next_offset = base + hi
+        if hi <= lo:
+            continue
+        if lo or hi < count:
+            decoded = decoded.slice(lo, hi - lo)
+        batches.append(decoded)
+        ranges.append(rows)
+    if not batches:
+        return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())}), examined
+    table = pa.Table.from_batches(batches)
+    if contiguous:
+        first = ranges[0][0]
+        column = np.arange(first, first + table.num_rows, dtype=np.int64)
+    else:
+        column = np.concatenate(
+            [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
+        )
+    return table.append_column(OFFSET_COLUMN, pa.array(column)), examined
+
+
+def _runs(stored: list[StoredBatch]) -> list[pa.Buffer]:
+    """Stored batches as few contiguous byte ranges (one per stretch of one segment)."""
+    runs: list[pa.Buffer] = []
+    start = end = -1
+    buffer = None
+    for item in stored:
+        if item.buffer is buffer and item.position == end:
+            end += item.header.size
+            continue
+        if buffer is not None:
+            runs.append(buffer.slice(start, end - start))
+        buffer, start, end = item.buffer, item.position, item.position + item.header.size
+    if buffer is not None:
+        runs.append(buffer.slice(start, end - start))
+    return runs
+
+
+def stored_batches(data: pa.Buffer) -> list[StoredBatch]:
+    """The stored batches laid end to end in ``data`` (as a fetch carries them).
+
+    Raises:
+        CorruptRecordError: a header is malformed.
+    """
+    batches = []
+    position = 0
+    while position < data.size:
+        header = parse_header(data, position, data.size, "fetched data")
+        batches.append(StoredBatch(header, data, position))
+        position += header.size
+    return batches
 
 
 def _single_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:

@@ -85,6 +85,8 @@ BATCHES_TO_RETAIN = 5
 partition, so any retry of an unanswered batch is recognised."""
 SEQUENCE_LIMIT = 1 << 31
 """Sequences run over [0, 2**31) and wrap."""
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
+"""Epochs are int16, as in Kafka."""
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_TO_KEEP = 2
 """The newest and one older snapshot: a follower truncating below the newest one still
@@ -585,6 +587,7 @@ def _remove(path: str) -> None:
 
 __all__ = [
     "BATCHES_TO_RETAIN",
+    "MAX_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "AbortedTxn",
     "AppendCheck",

@@ -19,30 +19,12 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 
 from raystream.errors import CorruptRecordError
-from raystream.log.batch import BatchHeader, Piece, parse_header, payload_size, verify_crc
+from raystream.log.batch import BatchHeader, Piece, parse_header, verify_crc
 from raystream.log.index import OffsetIndex, TimeIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-
-
-_IOV_MAX = os.sysconf("SC_IOV_MAX")
-"""How many buffers one ``writev`` call takes."""
-
-
-def _write(fd: int, pieces: list[Piece]) -> int:
-    """Write ``pieces`` at the end of ``fd``; returns bytes written (fewer: disk full)."""
-    if len(pieces) <= _IOV_MAX:
-        return os.writev(fd, pieces)
-    written = 0
-    for start in range(0, len(pieces), _IOV_MAX):
-        chunk = pieces[start : start + _IOV_MAX]
-        done = os.writev(fd, chunk)
-        written += done
-        if done != payload_size(chunk):
-            break
-    return written
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -104,10 +86,12 @@ class LogSegment:
         raised, so the file never keeps a partial batch behind the segment's back.
         """
         position = self.size
-        size = sum(header.size for header in headers)
+        size = 0
+        for header in headers:
+            size += header.size
         if position == 0:
             self.rolling_timestamp = headers[0].max_timestamp
-        written = _write(self._fd, pieces)
+        written = os.writev(self._fd, pieces)
         if written != size:
             os.ftruncate(self._fd, position)
             raise OSError(f"{self.where}: short write ({written} of {size} bytes)")

@@ -84,7 +84,7 @@ def abandon(log: Log) -> None:
     """
     for segment in log._segments:
         for index in (segment.index, segment.time_index):
-            index._file._pending.clear()
+            index._written = len(index)
         segment.close()
     log._closed = True
 

@@ -103,7 +103,7 @@ def abandon(log: Log) -> None:
     """Drop a log as a crash would (no flush of pending index entries, no marker)."""
     for segment in log._segments:
         for index in (segment.index, segment.time_index):
-            index._file._pending.clear()
+            index._written = len(index)
         segment.close()
     log._closed = True
 

@@ -1,0 +1,249 @@
+"""``rs.spark.stream``: micro-batches of a topic handed to a function, at least once.
+
+Shaped like Structured Streaming's ``foreachBatch``: every trigger the query reads the
+records that arrived since the last batch (at most ``max_offsets_per_trigger`` of them,
+shared out like Spark's rate limit) as a DataFrame with ``read_topic``'s columns, calls
+``foreach_batch(df, batch_id)``, and only when it returns commits the batch's end
+offsets for ``group_id`` through the group coordinator. A query that stops or fails,
+or a process that dies, resumes from the last committed batch when started again with
+the same ``group_id``: every record reaches ``foreach_batch`` at least once, and a batch
+that failed is read again (with the next batch id of the new run).
+
+The committed offsets are ordinary consumer-group offsets (``admin.describe_group``
+shows them, ``raystream groups reset-offsets`` moves them). The query commits as a
+consumer outside the group's membership, which the coordinator allows only while the
+group has no members: give the query a group of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from raystream.data import offsets
+from raystream.errors import InvalidRequestError, RaystreamTimeoutError
+from raystream.spark.context import attachment
+from raystream.spark.source import read_topic, release
+from raystream.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """What one micro-batch did (Structured Streaming's ``lastProgress``, in short).
+
+    ``num_offsets`` is how many offsets the batch covered: its records, unless
+    compaction removed some.
+    """
+
+    batch_id: int
+    start_offsets: dict[int, int]
+    end_offsets: dict[int, int]
+    num_offsets: int
+    duration_ms: float
+
+
+def stream(
+    spark: SparkSession,
+    topic: str,
+    group_id: str,
+    foreach_batch: Callable[[DataFrame, int], None],
+    trigger_interval_ms: int = 1000,
+    max_offsets_per_trigger: int | None = None,
+    starting_offsets: Any = "latest",
+) -> StreamingQuery:
+    """Start a micro-batch query over ``topic``; it runs until stopped or it fails.
+
+    Args:
+        spark: a session from :func:`raystream.spark.session`.
+        topic: the topic to read.
+        group_id: the consumer group whose committed offsets the query resumes from
+            and commits to after every successful batch.
+        foreach_batch: called with each batch's DataFrame and its id (0, 1, ... in this
+            run); an exception stops the query without committing that batch.
+        trigger_interval_ms: a batch starts at most this often (Spark's processing-time
+            trigger); an idle topic is checked this often.
+        max_offsets_per_trigger: records per batch at most (None: all available).
+        starting_offsets: where a group with no committed offsets starts: "latest" (as
+            Spark's streaming default), "earliest" or a dict ``{partition: offset}``.
+
+    Raises:
+        InvalidRequestError: an argument is invalid (the message names it).
+        UnknownTopicOrPartitionError: no such topic.
+    """
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidRequestError(f"group_id={group_id!r} must be a non-empty string")
+    if not callable(foreach_batch):
+        raise InvalidRequestError(f"foreach_batch={foreach_batch!r} must be callable")
+    for name, value, low in (
+        ("trigger_interval_ms", trigger_interval_ms, 0),
+        ("max_offsets_per_trigger", max_offsets_per_trigger, 1),
+    ):
+        if value is None and name == "max_offsets_per_trigger":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidRequestError(f"{name}={value!r} must be an integer >= {low}")
+    cluster = attachment(spark).cluster
+    cluster.topic_metadata(topic, refresh=True)  # an unknown topic fails here, not later
+    query = StreamingQuery(
+        spark,
+        topic,
+        group_id,
+        foreach_batch,
+        trigger_interval_ms,
+        max_offsets_per_trigger,
+        starting_offsets,
+    )
+    query._thread.start()
+    return query
+
+
+class StreamingQuery:
+    """A running micro-batch query (Structured Streaming's ``StreamingQuery``).
+
+    The batches run on a thread of this process, one at a time, in order.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        topic: str,
+        group_id: str,
+        foreach_batch: Callable[[DataFrame, int], None],
+        trigger_interval_ms: int,
+        max_offsets_per_trigger: int | None,
+        starting_offsets: Any,
+    ) -> None:
+        self._spark = spark
+        self._cluster = attachment(spark).cluster
+        self.topic = topic
+        self.group_id = group_id
+        self._foreach_batch = foreach_batch
+        self._interval_s = trigger_interval_ms / 1000
+        self._max_offsets = max_offsets_per_trigger
+        self._starting_offsets = starting_offsets
+        self._stopping = threading.Event()
+        self._progress = threading.Condition()
+        self._committed: dict[int, int] = {}
+        self._error: BaseException | None = None
+        self.last_progress: BatchProgress | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"raystream-stream-{topic}-{group_id}", daemon=True
+        )
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the query is still running."""
+        return self._thread.is_alive()
+
+    def exception(self) -> BaseException | None:
+        """The error that stopped the query, if one did."""
+        return self._error
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop after the batch in progress (committed if it succeeds); wait for it."""
+        self._stopping.set()
+        self._thread.join(timeout_s)
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until the query stops; re-raise the error that stopped it.
+
+        Returns:
+            True when the query has stopped, False when ``timeout_s`` passed first.
+        """
+        self._thread.join(timeout_s)
+        if self._error is not None:
+            raise self._error
+        return not self._thread.is_alive()
+
+    def process_all_available(self, timeout_s: float = 300) -> None:
+        """Wait until every record in the topic now has been processed and committed.
+
+        Raises:
+            RaystreamTimeoutError: not done within ``timeout_s``.
+            Exception: the error that stopped the query.
+        """
+        target = {p: high for p, (_, high) in offsets.bounds_of(self._cluster, self.topic).items()}
+        deadline = time.monotonic() + timeout_s
+        with self._progress:
+            while not all(self._committed.get(p, -1) >= end for p, end in target.items()):
+                if self._error is not None:
+                    raise self._error
+                if not self._thread.is_alive():
+                    raise RaystreamTimeoutError("the query stopped before processing everything")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RaystreamTimeoutError(
+                        f"process_all_available: offsets {target} not committed within "
+                        f"{timeout_s} s (committed: {self._committed})"
+                    )
+                self._progress.wait(min(remaining, 1.0))
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        consumer = self._cluster.consumer(group_id=self.group_id, enable_auto_commit=False)
+        try:
+            starts = self._resume(consumer)
+            batch_id = 0
+            while not self._stopping.is_set():
+                began = time.monotonic()
+                if self._batch(consumer, starts, batch_id, began):
+                    batch_id += 1
+                self._stopping.wait(max(self._interval_s - (time.monotonic() - began), 0))
+        except BaseException as error:  # the query's outcome, for await_termination
+            logger.exception("stream of %r for group %r failed", self.topic, self.group_id)
+            self._error = error
+        finally:
+            consumer.close(autocommit=False)
+            with self._progress:
+                self._progress.notify_all()
+
+    def _resume(self, consumer: Any) -> dict[int, int]:
+        """Where the query starts: the group's committed offsets, else starting_offsets."""
+        starts = offsets.start_offsets(self._cluster, self.topic, self._starting_offsets)
+        tps = [TopicPartition(self.topic, p) for p in starts]
+        consumer.assign(tps)
+        for tp in tps:
+            committed = consumer.committed(tp)
+            if committed is not None:
+                starts[tp.partition] = committed
+        with self._progress:
+            self._committed = dict(starts)
+        return starts
+
+    def _batch(self, consumer: Any, starts: dict[int, int], batch_id: int, began: float) -> bool:
+        """Run one batch if records arrived; False when there was nothing to do."""
+        bounds = offsets.bounds_of(self._cluster, self.topic)
+        for partition, (log_start, _) in bounds.items():
+            starts.setdefault(partition, log_start)  # a partition added since
+        available = {p: max(high, starts[p]) for p, (_, high) in bounds.items()}
+        ends = offsets.limit_ends(starts, available, self._max_offsets)
+        if ends == starts:
+            return False
+        frame = read_topic(self._spark, self.topic, dict(starts), ends)
+        try:
+            self._foreach_batch(frame, batch_id)
+        finally:
+            release(frame)
+        moved = {TopicPartition(self.topic, p): end for p, end in ends.items() if end != starts[p]}
+        consumer.commit(moved)
+        self.last_progress = BatchProgress(
+            batch_id,
+            dict(starts),
+            dict(ends),
+            sum(ends[p] - starts[p] for p in ends),
+            (time.monotonic() - began) * 1000,
+        )
+        starts.update(ends)
+        with self._progress:
+            self._committed = dict(starts)
+            self._progress.notify_all()
+        return True

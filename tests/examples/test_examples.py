@@ -1,0 +1,54 @@
+"""The examples run as they are, each in its own process on the embedded default
+(``rs.connect()`` starting a local Ray), with a fresh home directory for its data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, home: Path) -> str:
+    env = dict(os.environ, HOME=str(home), RAY_ADDRESS="local")  # never a running cluster
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(EXAMPLES.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result.stdout
+
+
+def test_quickstart_produces_and_consumes(tmp_path: Path) -> None:
+    out = run_example("quickstart.py", tmp_path)
+    lines = [line for line in out.splitlines() if line.startswith("partition ")]
+    assert sorted(line.rsplit(": ", 1)[1] for line in lines) == sorted(
+        f"hello {i}" for i in range(10)
+    )
+
+
+@pytest.mark.slow
+def test_spark_analytics_writes_window_totals(tmp_path: Path) -> None:
+    out = run_example("spark_analytics.py", tmp_path)
+    assert "window_start" in out and "revenue" in out
+    written = int(out.split(" window totals written")[0].rsplit("\n", 1)[-1])
+    assert 60 <= written <= 70  # 12-13 five-minute windows x 5 categories
+
+
+@pytest.mark.slow
+def test_ml_pipeline_scores_every_transaction(tmp_path: Path) -> None:
+    out = run_example("ml_pipeline.py", tmp_path)
+    assert "scored 20000 transactions" in out
+    flagged = int(out.split(" flagged")[0].rsplit(", ", 1)[-1])
+    assert 0 < flagged < 20000
