@@ -9,12 +9,22 @@ by replaying that topic, then finishes the transactions it finds half-ended.
 
 Ending a transaction (Kafka's two phases): the outcome (PrepareCommit/PrepareAbort) is
 persisted first, so it is decided for good; then a marker goes to every partition of
-the transaction (retried through leader changes until its ISR has it); then
-Complete* is persisted. A coordinator killed anywhere in between finds Prepare* on
-restart and writes the markers again (a repeated marker is harmless), so a transaction
-ends atomically, everywhere the same way. ``end_txn`` answers once the markers are
-written, so a read_committed consumer sees a committed transaction as soon as
-``commit_transaction`` returns.
+the transaction (retried through leader changes until its ISR has it); then the id is
+Complete*. A coordinator killed anywhere in between finds Prepare* on restart and
+writes the markers again, so a transaction ends atomically, everywhere the same way.
+``end_txn`` answers once the markers are written, so a read_committed consumer sees a
+committed transaction as soon as ``commit_transaction`` returns.
+
+Why Complete* is not written at once (Kafka writes it): it costs a replicated write
+per transaction and protects nothing. The next change of the id (its next
+transaction's first partition, an init) is persisted anyway and supersedes it; until
+then a restarted coordinator finds Prepare* and writes the same markers once more,
+which a partition takes as a no-op (the producer has no open transaction there), and
+no new transaction can have started meanwhile, since starting one is persisted first.
+
+State writes go straight to the leader of the id's ``__transaction_state`` partition
+(acks=all, retried through leader changes), without a Producer: one actor call each,
+and a repeated write of the same state is harmless, so idempotence is not needed.
 
 After markers on a ``__consumer_offsets`` partition, the group coordinator is told to
 read the newly committed offsets (``refresh_offsets``). A background tick aborts the
@@ -36,15 +46,20 @@ from typing import Any
 import ray
 
 from raystream.errors import (
+    BrokerNotAvailableError,
     InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
+    LeaderNotAvailableError,
+    RaystreamError,
+    RaystreamTimeoutError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
 from raystream.protocol import CONTROLLER_NAME, Result, failure
+from raystream.records import build_batch
 from raystream.transactions import metadata as rules
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
@@ -59,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR_NAME = "raystream-transaction-coordinator"
 MARKER_TIMEOUT_MS = 30_000
+STATE_WRITE_TIMEOUT_S = 30.0
 MARKER_BACKOFF_S = (0.05, 1.0)
 """First and longest pause between attempts to write a marker."""
 
@@ -93,7 +109,8 @@ class TransactionCoordinator:
         self._abort_check_s = abort_check_interval_ms / 1000
         self._store = TransactionStore()
         self._cluster: Any = None
-        self._producer: Any = None
+        self._state_schema: Any = None
+        self._leaders: dict[TopicPartition, Any] = {}
         self._coordinator_epoch = 0
         self._loading: asyncio.Future | None = None
         self._locks: dict[str, asyncio.Lock] = {}
@@ -109,7 +126,6 @@ class TransactionCoordinator:
 
     async def _load(self) -> None:
         from raystream.client.cluster import Cluster
-        from raystream.client.producer import Producer
 
         def connect() -> Any:
             controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
@@ -123,7 +139,7 @@ class TransactionCoordinator:
         # Markers carry this: it grows with every leader change of the state topic, so
         # a partition refuses markers of a coordinator that an election left behind.
         self._coordinator_epoch = max(p.leader_epoch for p in metadata.partitions)
-        self._producer = Producer(cluster=self._cluster, acks="all", linger_ms=0)
+        self._state_schema = metadata.record_schema
         self._spawn(self._tick_loop())
         for meta in self._store.transactions.values():
             if meta.state.preparing:
@@ -270,7 +286,7 @@ class TransactionCoordinator:
             )
         )
         done = rules.complete(prepared, _now_ms())
-        await self._persist(done)
+        self._store.transactions[done.transactional_id] = done  # persisted lazily
         if commit and any(topic == OFFSETS_TOPIC for topic, _ in prepared.partitions):
             self._spawn(self._refresh_group_offsets())
         return done
@@ -297,42 +313,36 @@ class TransactionCoordinator:
         newer epoch of the producer (a newer marker fenced this one) needs none either.
         """
         backoff, longest = MARKER_BACKOFF_S
-        refresh = False
         while True:
-            try:
-                metadata = await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, refresh)
-            except UnknownTopicOrPartitionError:
+            error = await self._call_leader(
+                tp,
+                "write_txn_marker",
+                meta.producer_id,
+                meta.producer_epoch,
+                commit,
+                self._coordinator_epoch,
+                MARKER_TIMEOUT_MS,
+            )
+            if error is None:
+                return
+            if isinstance(error, UnknownTopicOrPartitionError) and not await self._exists(tp):
                 logger.info("no marker for %s-%d: the topic is gone", tp.topic, tp.partition)
                 return
-            except Exception as error:  # the controller restarts: try again
-                logger.debug("metadata for a marker on %s: %s", tp.topic, error)
-                metadata = None
-            error: Exception | None = None
-            if metadata is not None and tp.partition < len(metadata.partitions):
-                leader = metadata.partitions[tp.partition].leader_handle
-                if leader is not None:
-                    try:
-                        answer = await leader.write_txn_marker.remote(
-                            meta.producer_id,
-                            meta.producer_epoch,
-                            commit,
-                            self._coordinator_epoch,
-                            MARKER_TIMEOUT_MS,
-                        )
-                        error = answer.error()
-                    except ray.exceptions.RayError as dead:  # the leader died: re-elect
-                        error = dead
-                    if error is None:
-                        return
-                    if isinstance(
-                        error, (InvalidProducerEpochError, TransactionCoordinatorFencedError)
-                    ):
-                        logger.warning("marker on %s-%d refused: %s", *tp, error)
-                        return
+            if isinstance(error, (InvalidProducerEpochError, TransactionCoordinatorFencedError)):
+                logger.warning("marker on %s-%d refused: %s", tp.topic, tp.partition, error)
+                return
             logger.debug("marker on %s-%d not written yet: %s", tp.topic, tp.partition, error)
-            refresh = True
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, longest)
+
+    async def _exists(self, tp: TopicPartition) -> bool:
+        try:
+            await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
+            return True
+        except UnknownTopicOrPartitionError:
+            return False
+        except Exception:  # the controller restarts: assume it does, and retry
+            return True
 
     async def _refresh_group_offsets(self) -> None:
         """Tell the group coordinator that transactions committed offsets (best effort:
@@ -392,12 +402,65 @@ class TransactionCoordinator:
         return self._cluster.call("init_producer_id")
 
     async def _persist(self, meta: TransactionMetadata) -> None:
-        """Write the id's new state to ``__transaction_state`` (acks=all), then adopt it."""
-        partition = partition_for(meta.transactional_id, self._partitions)
-        await asyncio.to_thread(
-            self._producer.send_batch, TRANSACTION_STATE_TOPIC, transaction_record(meta), partition
+        """Write the id's new state to ``__transaction_state`` (acks=all), then adopt it.
+
+        Raises:
+            RaystreamTimeoutError: not written within :data:`STATE_WRITE_TIMEOUT_S`.
+            RaystreamError: a non-retriable refusal.
+        """
+        table = transaction_record(meta)
+        batch = build_batch(
+            self._state_schema,
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            [_now_ms()],
+            None,
         )
+        tp = TopicPartition(
+            TRANSACTION_STATE_TOPIC, partition_for(meta.transactional_id, self._partitions)
+        )
+        deadline = time.monotonic() + STATE_WRITE_TIMEOUT_S
+        backoff, longest = MARKER_BACKOFF_S
+        while True:
+            error = await self._call_leader(
+                tp, "produce", batch, "all", int(STATE_WRITE_TIMEOUT_S * 1000)
+            )
+            if error is None:
+                break
+            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
+                if time.monotonic() > deadline:
+                    raise RaystreamTimeoutError(
+                        f"state of {meta.transactional_id!r} not written: {error}"
+                    )
+                raise error
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, longest)
         self._store.transactions[meta.transactional_id] = meta
+
+    async def _call_leader(self, tp: TopicPartition, method: str, *args: Any) -> Any:
+        """Call a partition leader's method; its error (None on success), a dead or
+        unknown leader as a retriable error (the cached leader is dropped then)."""
+        leader = self._leaders.get(tp)
+        try:
+            if leader is None:
+                metadata = await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
+                if tp.partition >= len(metadata.partitions):
+                    raise UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition} does not exist")
+                leader = metadata.partitions[tp.partition].leader_handle
+                if leader is None:
+                    raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                self._leaders[tp] = leader
+            answer = await getattr(leader, method).remote(*args)
+            error = answer.error()
+        except ray.exceptions.RayError as dead:  # the leader died: ask for the new one
+            error = BrokerNotAvailableError(f"the leader of {tp.topic}-{tp.partition}: {dead}")
+        except RaystreamError as unknown:
+            error = unknown
+        if error is not None and (
+            getattr(error, "invalid_metadata", False) or getattr(error, "retriable", False)
+        ):
+            self._leaders.pop(tp, None)
+        return error
 
 
 def _check_id(transactional_id: Any) -> None:
