@@ -108,8 +108,8 @@ def test_bad_input_is_one_line_naming_the_problem(cli, capsys) -> None:
     assert "not of the form key=value" in capsys.readouterr().err
     assert cli("topics", "describe", "missing") == 1
     assert "'missing' does not exist" in capsys.readouterr().err
-    assert cli("groups", "list") == 1
-    assert "consumer groups" in capsys.readouterr().err
+    assert cli("groups", "describe", "nobody") == 1
+    assert "GroupIdNotFoundError" in capsys.readouterr().err
 
 
 def test_down_then_up_keeps_topics_and_records(cli, capsys, monkeypatch) -> None:
