@@ -4,6 +4,8 @@ Measures, with 100-byte values and replication factor 1, in one run:
 
 - per-record ``send()`` throughput (acks=1, until flush returns), 1 and 4 partitions;
 - ``send_batch()`` throughput (Arrow tables of 100,000 rows);
+- producers are idempotent (the default); the 1-partition ``send()``, ``send_batch()``
+  and end-to-end figures are repeated with idempotence off;
 - consumer throughput per record (iteration) and columnar (``poll_arrow``);
 - end-to-end latency p50/p99 at a steady moderate rate (produce -> consumer sees it);
 - resident memory of an idle replica actor and of the controller;
@@ -37,9 +39,13 @@ from benchmarks import peers
 VALUE = b"v" * 100
 
 
-def produce_per_record(cluster: rs.Cluster, topic: str, records: int, acks: int | str = 1) -> float:
+def produce_per_record(
+    cluster: rs.Cluster, topic: str, records: int, acks: int | str = 1, idempotence: bool = True
+) -> float:
     """Records/s of send() one record at a time, until every record is acknowledged."""
-    producer = cluster.producer(acks=acks, linger_ms=5, batch_size=1 << 20)
+    producer = cluster.producer(
+        acks=acks, linger_ms=5, batch_size=1 << 20, enable_idempotence=idempotence
+    )
     start = time.perf_counter()
     send = producer.send
     for _ in range(records):
@@ -50,11 +56,13 @@ def produce_per_record(cluster: rs.Cluster, topic: str, records: int, acks: int 
     return records / seconds
 
 
-def produce_batches(cluster: rs.Cluster, topic: str, records: int) -> float:
+def produce_batches(
+    cluster: rs.Cluster, topic: str, records: int, idempotence: bool = True
+) -> float:
     """Records/s of send_batch() with 100,000-row Arrow tables."""
     rows = 100_000
     table = pa.table({"value": pa.array([VALUE] * rows, pa.binary())})
-    producer = cluster.producer(acks=1)
+    producer = cluster.producer(acks=1, enable_idempotence=idempotence)
     start = time.perf_counter()
     for _ in range(max(records // rows, 1)):
         producer.send_batch(topic, table)
@@ -99,7 +107,12 @@ def consume_arrow(cluster: rs.Cluster, topic: str, records: int) -> float:
 
 
 def end_to_end(
-    cluster: rs.Cluster, topic: str, rate: int, seconds: float, acks: int | str = 1
+    cluster: rs.Cluster,
+    topic: str,
+    rate: int,
+    seconds: float,
+    acks: int | str = 1,
+    idempotence: bool = True,
 ) -> tuple[float, float]:
     """p50 and p99 ms from send() to the consumer seeing the record, at ``rate``/s."""
     consumer = cluster.consumer(topic, auto_offset_reset="latest", fetch_max_wait_ms=500)
@@ -109,7 +122,7 @@ def end_to_end(
     done = threading.Event()
 
     def produce() -> None:
-        producer = cluster.producer(acks=acks, linger_ms=0)
+        producer = cluster.producer(acks=acks, linger_ms=0, enable_idempotence=idempotence)
         interval = 1.0 / rate
         next_at = time.perf_counter()
         for _ in range(total):
@@ -158,11 +171,25 @@ def main() -> None:
     args = parser.parse_args()
     n = args.records
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=8,
+        include_dashboard=False,
+        logging_level="error",
+        log_to_driver=False,
+    )
     try:
         cluster = rs.connect(namespace="bench", data_dir=data_dir)
         admin = cluster.admin()
-        for name, partitions in (("p1", 1), ("p4", 4), ("batch", 1), ("e2e", 1)):
+        for name, partitions in (
+            ("p1", 1),
+            ("p4", 4),
+            ("batch", 1),
+            ("e2e", 1),
+            ("p1-off", 1),
+            ("batch-off", 1),
+            ("e2e-off", 1),
+        ):
             admin.create_topic(name, partitions=partitions)
         ours = {
             "send() per record, 1 partition": produce_per_record(cluster, "p1", n),
@@ -170,8 +197,17 @@ def main() -> None:
             "send_batch()": produce_batches(cluster, "batch", n),
             "consume per record": consume_records(cluster, "p1", n),
             "consume poll_arrow": consume_arrow(cluster, "batch", n),
+            "send(), 1 partition, no idempotence": produce_per_record(
+                cluster, "p1-off", n, idempotence=False
+            ),
+            "send_batch(), no idempotence": produce_batches(
+                cluster, "batch-off", n, idempotence=False
+            ),
         }
         p50, p99 = end_to_end(cluster, "e2e", args.e2e_rate, args.e2e_seconds)
+        off_p50, off_p99 = end_to_end(
+            cluster, "e2e-off", args.e2e_rate, args.e2e_seconds, idempotence=False
+        )
         admin.create_topic("idle")
         time.sleep(2)
         replica_rss, replica_uss, controller_rss = memory(cluster, "idle")
@@ -191,8 +227,8 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     )
-    print(f"{n:,} records of 100 bytes, replication factor 1, acks=1\n")
-    header = f"{'figure':<34} {'raystream':>12}"
+    print(f"{n:,} records of 100 bytes, replication factor 1, acks=1, idempotent unless noted\n")
+    header = f"{'figure':<46} {'raystream':>12}"
     for peer in results:
         header += f" {peer.name:>24} {'ratio':>7}"
     print(header)
@@ -203,7 +239,7 @@ def main() -> None:
         "consume poll_arrow": "consume_rps",
     }
     for name, value in ours.items():
-        line = f"{name + ' (records/s)':<34} {value:>12,.0f}"
+        line = f"{name + ' (records/s)':<46} {value:>12,.0f}"
         for peer in results:
             other = getattr(peer, peer_figures[name]) if name in peer_figures else None
             line += _peer_cell(value, other, higher_is_better=True)
@@ -211,11 +247,14 @@ def main() -> None:
     latencies = (
         ("end-to-end p50 (ms)", p50, "e2e_p50_ms"),
         ("end-to-end p99 (ms)", p99, "e2e_p99_ms"),
+        ("end-to-end p50 (ms), no idempotence", off_p50, None),
+        ("end-to-end p99 (ms), no idempotence", off_p99, None),
     )
     for name, value, attr in latencies:
-        line = f"{name:<34} {value:>12.2f}"
+        line = f"{name:<46} {value:>12.2f}"
         for peer in results:
-            line += _peer_cell(value, getattr(peer, attr), higher_is_better=False)
+            other = getattr(peer, attr) if attr else None
+            line += _peer_cell(value, other, higher_is_better=False)
         print(line)
     for peer in results:
         if peer.note:

@@ -2,11 +2,15 @@
 
 Appends and reads N 100-byte records in batches of 1,000 through :class:`raystream.log.Log`
 and writes/reads the same batches as one plain Arrow IPC stream file (the ceiling: no
-headers, checksums, indexes or offsets). Then fills a log to a few GB and measures
-append and read again at its end and start, to show that speed does not depend on how
-much the log holds.
+headers, checksums, indexes or offsets; uncompressed, as the log stores these batches),
+and copies the log as a follower does (``read_raw`` chunks into ``append_raw``). Write
+rounds of the ceiling and the log alternate; every figure is the best of the rounds,
+with elapsed time and, for writes, the thread's CPU time (on a shared machine the
+latter is the steadier of the two). Then fills a log to a few GB and measures append
+and read again at its end and start, to show that speed does not depend on how much
+the log holds.
 
-Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--dir DIR]
+Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--rounds 3] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from raystream.log import Log, LogConfig
 
 VALUE_BYTES = 100
 BATCH = 1000
+COPY_CHUNK_BYTES = 8 << 20
+"""What a follower fetches at a time (the replica's replica.fetch.max.bytes)."""
 
 
 def make_batch(value_bytes: int = VALUE_BYTES, rows: int = BATCH) -> pa.RecordBatch:
@@ -136,6 +142,7 @@ def main() -> None:
     try:
         raw_path = os.path.join(root, "raw.arrows")
         log_path = os.path.join(root, "log-append")
+        copy_path = os.path.join(root, "log-copy")
 
         def append_round(flush: bool) -> Timing:
             shutil.rmtree(log_path, ignore_errors=True)
@@ -153,6 +160,21 @@ def main() -> None:
                 os.unlink(raw_path)
             os.sync()
             return raw_ipc(raw_path, batch, batches)
+
+        def copy_round() -> Timing:
+            # What a follower does: append_raw of the leader's read_raw chunks.
+            with Log.open(log_path, LogConfig()) as leader:
+                chunks: list[pa.Buffer] = []
+                offset = 0
+                while offset < records:
+                    chunks.extend(leader.read_raw(offset, COPY_CHUNK_BYTES))
+                    offset = leader.read_batches(offset, COPY_CHUNK_BYTES)[-1].header.next_offset
+                shutil.rmtree(copy_path, ignore_errors=True)
+                os.sync()
+                follower = Log.open(copy_path, LogConfig())
+                timing = timed(lambda: [follower.append_raw(chunk) for chunk in chunks])
+                follower.close()
+            return timing
 
         def first_read_after_reopen() -> float:
             # A reopened log has checked no checksum yet: this read checks them all.
@@ -175,6 +197,9 @@ def main() -> None:
         ]
         raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
         os.unlink(raw_path)
+        copies = [copy_round() for _ in range(args.rounds)]
+        copy = Timing(min(t.wall for t in copies), min(t.cpu for t in copies))
+        shutil.rmtree(copy_path)
         read_cold = best(args.rounds, first_read_after_reopen)
         log = Log.open(log_path, LogConfig())
         read = best(args.rounds, lambda: log_read(log, 0, records))
@@ -193,6 +218,7 @@ def main() -> None:
             ("raw Arrow IPC write", records / raw_write.wall, None, None),
             write_row("Log.append", append),
             write_row("Log.append + flush (fsync) at end", append_flush),
+            write_row(f"Log.append_raw ({COPY_CHUNK_BYTES >> 20} MB chunks, a follower)", copy),
             (
                 f"Log.append, flush.messages=1 ({fsync_batches} batches)",
                 fsync_batches * BATCH / fsync_each,

@@ -68,7 +68,13 @@ def main() -> None:
     parser.add_argument("--skip-peers", action="store_true")
     args = parser.parse_args()
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=8,
+        include_dashboard=False,
+        logging_level="error",
+        log_to_driver=False,
+    )
     rows = []
     try:
         cluster = rs.connect(namespace="bench-replication", data_dir=data_dir)

@@ -104,6 +104,13 @@ class BrokerConfig(KafkaConfig):
         offsets_topic_replication_factor: its replication factor, capped at the number
             of live nodes when the topic is created (a one-node cluster gets 1, so a
             laptop works out of the box; Kafka would refuse instead).
+        transaction_state_log_num_partitions: partitions of ``__transaction_state``
+            (created on first use, like the offsets topic; Kafka's default is 50).
+        transaction_state_log_replication_factor: its replication factor, capped at the
+            number of live nodes.
+        transaction_abort_timed_out_transaction_cleanup_interval_ms: how often the
+            transaction coordinator looks for transactions past their timeout (Kafka:
+            10 s; 1 s here, the check being a scan of a dict in memory).
     """
 
     data_dir: str = ""
@@ -116,6 +123,9 @@ class BrokerConfig(KafkaConfig):
     leader_imbalance_check_interval_seconds: int = 300
     offsets_topic_num_partitions: int = 1
     offsets_topic_replication_factor: int = 3
+    transaction_state_log_num_partitions: int = 1
+    transaction_state_log_replication_factor: int = 3
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         for name in (
@@ -127,6 +137,9 @@ class BrokerConfig(KafkaConfig):
             "leader_imbalance_check_interval_seconds",
             "offsets_topic_num_partitions",
             "offsets_topic_replication_factor",
+            "transaction_state_log_num_partitions",
+            "transaction_state_log_replication_factor",
+            "transaction_abort_timed_out_transaction_cleanup_interval_ms",
         ):
             value = getattr(self, name)
             require(value >= 1, "broker config", name, value, "must be >= 1")
@@ -172,7 +185,10 @@ class ProducerConfig(KafkaConfig):
             partition in order. Applies with acks 1 and "all" (acks=0 has no answers
             to sequence by); off, a partition has one call in flight and a retry may
             write twice.
-        transactional_id: must be None (transactions are not supported yet).
+        transactional_id: makes the producer transactional (implies idempotence): the
+            id survives restarts, so a new producer with it fences the old one.
+        transaction_timeout_ms: the coordinator aborts a transaction open this long
+            (its producer is presumed gone).
         retries: how many times a batch is resent after a retriable error.
         delivery_timeout_ms: upper bound from ``send()`` to success or failure,
             retries included.
@@ -194,6 +210,7 @@ class ProducerConfig(KafkaConfig):
     compression_type: str | None = None
     enable_idempotence: bool = True
     transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
     retries: int = 2_147_483_647
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
@@ -220,6 +237,7 @@ class ProducerConfig(KafkaConfig):
             ("retry_backoff_ms", 0),
             ("buffer_memory", 1),
             ("max_block_ms", 0),
+            ("transaction_timeout_ms", 1),
         ):
             value = getattr(self, name)
             require(
@@ -257,6 +275,13 @@ class ProducerConfig(KafkaConfig):
             "transactional_id",
             self.transactional_id,
             "expected a string or None",
+        )
+        require(
+            self.transactional_id is None or (self.enable_idempotence and self.acks == -1),
+            owner,
+            "transactional_id",
+            self.transactional_id,
+            "needs enable_idempotence=True and acks='all'",
         )
         for name in ("partitioner", "key_serializer", "value_serializer"):
             value = getattr(self, name)

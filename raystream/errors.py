@@ -34,12 +34,16 @@ exception here.
     ├── InvalidRequestError                 (42: a bad argument)
     ├── OutOfOrderSequenceError             (45)
     ├── InvalidProducerEpochError           (47: an older epoch of the producer)
-    ├── InvalidTxnStateError                (48)
+    ├── InvalidTxnStateError                (48: a transaction call out of order)
+    ├── ConcurrentTransactionsError         (51, retriable: the transaction is completing)
+    ├── TransactionCoordinatorFencedError   (52: a marker from an older coordinator)
     ├── FencedLeaderEpochError              (74, retriable: a stale leader or ISR change)
     ├── NonEmptyGroupError                  (68: the group still has active members)
     ├── GroupIdNotFoundError                (69)
     ├── FencedInstanceIdError               (82: a newer member took the static instance id)
     ├── InvalidRecordError                  (87: does not fit the topic's schema)
+    ├── UnstableOffsetCommitError           (88, retriable: a transaction may still commit
+    │                                         offsets of the group)
     ├── ProducerFencedError                 (90)
     └── IllegalStateError                   (-1: client used out of order, e.g. after close)
 """
@@ -237,6 +241,26 @@ class InvalidTxnStateError(RaystreamError):
     code = 48
 
 
+class ConcurrentTransactionsError(RaystreamError):
+    """The producer's previous transaction is still being committed or aborted."""
+
+    code = 51
+    retriable = True
+
+
+class TransactionCoordinatorFencedError(RaystreamError):
+    """A transaction marker came from an older transaction coordinator epoch."""
+
+    code = 52
+
+
+class UnstableOffsetCommitError(RaystreamError):
+    """A transaction still open may commit offsets of the group: ask again shortly."""
+
+    code = 88
+    retriable = True
+
+
 class NonEmptyGroupError(RaystreamError):
     """The operation needs a group without active members (e.g. resetting offsets)."""
 
@@ -309,6 +333,9 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         OutOfOrderSequenceError,
         InvalidProducerEpochError,
         InvalidTxnStateError,
+        ConcurrentTransactionsError,
+        TransactionCoordinatorFencedError,
+        UnstableOffsetCommitError,
         NonEmptyGroupError,
         GroupIdNotFoundError,
         FencedInstanceIdError,

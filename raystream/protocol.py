@@ -3,7 +3,8 @@
 Actors answer with an error code (Kafka's numbering, see :mod:`raystream.errors`) and a
 message instead of raising, so one failed partition never fails a whole call and a
 client can decide per error whether to refresh metadata and retry. Record data travels
-as Arrow (a RecordBatch to the leader, a Table back), never record by record.
+as Arrow batches, never record by record: an Arrow IPC stream to the leader, the stored
+batches back (see :class:`FetchResponse`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from raystream.errors import RaystreamError, code_of, error_for_code
-from raystream.records import record_schema
+from raystream.log.batch import OFFSET_COLUMN, PayloadDecoder
+from raystream.log.log import stored_batches, stored_to_table
+from raystream.records import empty_fetch, record_schema
 
 NONE = 0
 """Error code for success."""
@@ -26,6 +30,11 @@ EARLIEST_TIMESTAMP = -2
 """list_offsets timestamp meaning "the log start offset"."""
 LATEST_TIMESTAMP = -1
 """list_offsets timestamp meaning "the high watermark"."""
+INLINE_BYTES = 100 << 10
+"""Fetched data up to this size travels as bytes (Ray passes it inline); larger runs
+travel as numpy views, which Ray moves out of band."""
+
+_DECODER = PayloadDecoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +67,11 @@ class Result(Response):
         return self.value
 
 
+def wire_bytes(run: pa.Buffer) -> Any:
+    """A run of stored batches as a fetch answer carries it (see :class:`FetchResponse`)."""
+    return run.to_pybytes() if run.size <= INLINE_BYTES else np.frombuffer(run, dtype=np.uint8)
+
+
 def failure(error: BaseException, response: type[Response] = Result, **fields: Any) -> Response:
     """The answer that reports ``error`` (unexpected errors keep their type in the text)."""
     message = (
@@ -80,15 +94,56 @@ class ProduceResponse(Response):
 
 @dataclass(frozen=True, slots=True)
 class FetchResponse(Response):
-    """Records from one partition at or after the fetch offset, below the high watermark.
+    """Stored batches of one partition from the fetch offset on, below the high watermark.
 
-    ``records`` has the topic's stored columns plus ``offset``; None on error.
+    The leader sends the batches as they are stored (headers included, checksums
+    checked), in runs of contiguous bytes: ``bytes`` when small, a uint8 numpy view
+    when large (Ray moves those out of band, into the object store, without pickling
+    them). Nothing is decoded or re-encoded on the way; the receiver decodes them with
+    :meth:`decode`, zero-copy. ``limit`` is the high watermark the leader read up to;
+    ``schema``, the topic's stored layout, comes only with an answer without data (so
+    that even an empty table has the topic's columns).
+
+    ``next_offset`` is the offset right after the last batch the leader examined: markers
+    and aborted batches are left out (read_committed skips aborted transactions), so a
+    consumer continues from there when its rows end before it (-1: unknown).
+    ``last_stable_offset`` is where read_committed reading stops.
     """
 
-    records: pa.Table | None = None
+    data: tuple[Any, ...] = ()
+    fetch_offset: int = -1
+    limit: int = -1
+    schema: pa.Schema | None = None
     high_watermark: int = -1
     log_start_offset: int = -1
     log_end_offset: int = -1
+    next_offset: int = -1
+    last_stable_offset: int = -1
+
+    def decode(self) -> tuple[pa.Table, int]:
+        """(the rows from ``fetch_offset`` below ``limit``, the offset to fetch next,
+        past the batches the leader left out).
+
+        The table has the topic's stored columns plus ``offset``. It can be empty while
+        data came: compaction removed every row of the first batch from the fetch
+        offset on; the next fetch then starts after that batch.
+        """
+        stored = [b for run in self.data for b in stored_batches(pa.py_buffer(run))]
+        table = stored_to_table(_DECODER, stored, self.fetch_offset, self.limit)
+        if table.num_rows:
+            after = int(table.column(OFFSET_COLUMN)[-1].as_py()) + 1
+        elif stored:
+            after = min(stored[0].header.next_offset, max(self.limit, self.fetch_offset))
+        else:
+            after = self.fetch_offset
+            if self.schema is not None:
+                table = empty_fetch(self.schema)
+        return table, max(after, self.next_offset)
+
+    @property
+    def records(self) -> pa.Table:
+        """The fetched rows (see :meth:`decode`)."""
+        return self.decode()[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,17 @@ class RecordMetadata(NamedTuple):
     timestamp: int
 
 
+class ConsumerGroupMetadata(NamedTuple):
+    """Who a group consumer is right now (``Consumer.group_metadata()``): what a
+    transactional producer passes with offsets so that the group coordinator can refuse
+    those of a consumer that is no longer a member of the current generation."""
+
+    group_id: str
+    member_id: str
+    generation_id: int
+    group_instance_id: str | None = None
+
+
 TIMESTAMP_CREATE_TIME = 0
 TIMESTAMP_LOG_APPEND_TIME = 1
 

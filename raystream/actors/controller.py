@@ -27,6 +27,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
 from raystream.actors.replica import ReplicaActor
+from raystream.actors.txn_coordinator import (
+    TRANSACTION_COORDINATOR_NAME,
+    TransactionCoordinatorActor,
+)
 from raystream.config import BrokerConfig
 from raystream.controller.metadata import (
     PartitionState,
@@ -51,6 +55,7 @@ from raystream.log import Log, LogConfig
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader
+from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.types import PartitionDescription, TopicDescription
 
 logger = logging.getLogger(__name__)
@@ -828,6 +833,41 @@ class Controller:
         except Exception as error:
             return failure(error)
 
+    def find_transaction_coordinator(self) -> Result:
+        """The transaction coordinator's handle, starting it (and ``__transaction_state``,
+        and ``__consumer_offsets`` whose partition count it needs) on first use."""
+        try:
+            with self._lock:
+                if OFFSETS_TOPIC not in self.topics:
+                    self._create_offsets_topic()
+                if TRANSACTION_STATE_TOPIC not in self.topics:
+                    replication = min(
+                        self.broker.transaction_state_log_replication_factor, len(alive_nodes())
+                    )
+                    self.create_topic(
+                        TRANSACTION_STATE_TOPIC,
+                        self.broker.transaction_state_log_num_partitions,
+                        max(replication, 1),
+                        {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
+                    ).unwrap()
+                coordinator = TransactionCoordinatorActor.options(
+                    name=TRANSACTION_COORDINATOR_NAME,
+                    namespace=self.namespace,
+                    lifetime="detached",
+                    max_restarts=-1,
+                    num_cpus=0,
+                    get_if_exists=True,
+                ).remote(
+                    self.namespace,
+                    self.broker.data_dir,
+                    len(self.topics[TRANSACTION_STATE_TOPIC].partitions),
+                    len(self.topics[OFFSETS_TOPIC].partitions),
+                    self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                )
+                return Result(value=coordinator)
+        except Exception as error:
+            return failure(error)
+
     def _create_offsets_topic(self) -> None:
         replication = min(self.broker.offsets_topic_replication_factor, len(alive_nodes()))
         self.create_topic(
@@ -838,8 +878,9 @@ class Controller:
         ).unwrap()
 
     def _stop_coordinator(self) -> None:
-        with contextlib.suppress(ValueError):
-            ray.kill(ray.get_actor(COORDINATOR_NAME, namespace=self.namespace), no_restart=True)
+        for name in (COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME):
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -7,6 +7,18 @@ asks for it (``find_coordinator``), restarted by Ray when it dies. A thin async 
 acknowledged), and a restarted coordinator rebuilds every group by replaying that
 topic, so committed offsets and stable memberships survive it.
 
+Transactional producers write offsets into ``__consumer_offsets`` themselves, as
+records of their transaction (exactly-once consume-transform-produce). The coordinator
+reads its partitions read_committed (the load replays up to the last stable offset),
+and reads on from where it stopped when the transaction coordinator says a transaction
+committed offsets (``refresh_offsets``) and before it answers an offset fetch that
+asks for stable offsets; such a fetch is answered UnstableOffsetCommitError (retried by
+the client) while a transaction is open on the group's partition, so a new owner of a
+partition never starts from an offset a committing transaction is about to replace.
+Before a producer adds a consumer's offsets to its transaction it asks
+``check_txn_offsets`` whether that consumer is still a member of the current
+generation (KIP-447), so a zombie's offsets never enter a transaction.
+
 A join is a call that stays open until the group's rebalance completes (every member
 rejoined, or the rebalance timeout passed), then answers with the member's assignment.
 A background tick expires sessions, completes timed-out rebalances, and starts a
@@ -29,8 +41,11 @@ import ray
 from raystream.errors import (
     GroupIdNotFoundError,
     InvalidRequestError,
+    LeaderNotAvailableError,
+    OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
 )
 from raystream.groups.group import STABLE, Group
 from raystream.groups.offsets_topic import (
@@ -66,6 +81,9 @@ class GroupCoordinator:
         self._data_dir = data_dir
         self._partitions = partitions
         self._store = GroupStore()
+        self._positions = [0] * partitions
+        """Where reading each partition of ``__consumer_offsets`` goes on from."""
+        self._reading = [asyncio.Lock() for _ in range(partitions)]
         self._cluster: Any = None
         self._producer: Any = None
         self._loading: asyncio.Future | None = None
@@ -91,31 +109,76 @@ class GroupCoordinator:
             return Cluster(self._namespace, self._data_dir, controller)
 
         self._cluster = await asyncio.to_thread(connect)
-        self._store = await asyncio.to_thread(self._replay)
+        for partition in range(self._partitions):
+            await self._read_committed(partition, loading=True)
         self._producer = Producer(cluster=self._cluster, acks="all", linger_ms=0)
         self._tick_task = asyncio.ensure_future(self._tick_loop())
         logger.info("group coordinator loaded %d groups", len(self._store.groups))
 
-    def _replay(self) -> GroupStore:
-        from raystream.client.consumer import Consumer
+    async def _read_committed(self, partition: int, loading: bool = False) -> bool:
+        """Read a partition of ``__consumer_offsets`` on, read_committed, up to its last
+        stable offset. Returns whether it is stable (no transaction open on it).
 
-        store = GroupStore()
-        tps = [TopicPartition(OFFSETS_TOPIC, p) for p in range(self._partitions)]
-        consumer = Consumer(
-            cluster=self._cluster,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=100,
-        )
+        At load every record is applied; later only offsets (see
+        :meth:`GroupStore.replay <raystream.groups.offsets_topic.GroupStore.replay>`).
+        """
+        from raystream.client.transport import is_dead_actor_error
+
+        async with self._reading[partition]:
+            refresh = False
+            backoff = 0.05
+            while True:
+                metadata = await asyncio.to_thread(
+                    self._cluster.topic_metadata, OFFSETS_TOPIC, refresh
+                )
+                leader = metadata.partitions[partition].leader_handle
+                try:
+                    if leader is None:
+                        raise LeaderNotAvailableError(f"{OFFSETS_TOPIC}-{partition}: no leader")
+                    answer = await leader.fetch.remote(
+                        self._positions[partition], 8 << 20, 0, 1, "read_committed"
+                    )
+                    answer.raise_for_error()
+                except Exception as error:
+                    if isinstance(error, OffsetOutOfRangeError):
+                        self._positions[partition] = 0  # compacted below us: from the start
+                    elif not (getattr(error, "retriable", False) or is_dead_actor_error(error)):
+                        raise
+                    refresh = True
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 1.0)
+                    continue
+                if answer.records.num_rows:
+                    self._store.replay(answer.records, time.monotonic(), offsets_only=not loading)
+                position = max(answer.next_offset, self._positions[partition])
+                self._positions[partition] = position
+                if position >= answer.last_stable_offset:
+                    return answer.last_stable_offset >= answer.high_watermark
+
+    async def refresh_offsets(self) -> Result:
+        """Take in the offsets transactions committed since the last read."""
         try:
-            consumer.assign(tps)
-            end = consumer.end_offsets(tps)
-            now = time.monotonic()
-            while any(consumer.position(tp) < end[tp] for tp in tps):
-                store.replay(consumer.poll_arrow(timeout_ms=1000), now)
-        finally:
-            consumer.close(autocommit=False)
-        return store
+            await self._ready()
+            for partition in range(self._partitions):
+                await self._read_committed(partition)
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    async def check_txn_offsets(self, group_id: str, member_id: str, generation: int) -> Result:
+        """Whether a member may add offsets of ``group_id`` to a transaction (KIP-447).
+
+        Raises (as a code): CommitFailedError for an evicted member or a stale generation.
+        """
+        try:
+            await self._ready()
+            _check_group_id(group_id)
+            self._store.groups.setdefault(group_id, Group(group_id)).check_commit(
+                member_id, generation
+            )
+            return Result()
+        except Exception as error:
+            return failure(error)
 
     # ------------------------------------------------------------------ members
 
@@ -218,12 +281,25 @@ class GroupCoordinator:
             return failure(error)
 
     async def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None = None
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None = None,
+        require_stable: bool = False,
     ) -> Result:
-        """The group's committed offsets (of ``partitions``, default all), by TopicPartition."""
+        """The group's committed offsets (of ``partitions``, default all), by TopicPartition.
+
+        With ``require_stable`` the group's partition is read up to date first, and the
+        answer is UnstableOffsetCommitError (retriable) while a transaction is open on it.
+        """
         try:
             await self._ready()
             _check_group_id(group_id)
+            if require_stable and not await self._read_committed(
+                partition_for(group_id, self._partitions)
+            ):
+                raise UnstableOffsetCommitError(
+                    f"group {group_id!r}: a transaction may still commit its offsets"
+                )
             committed = self._store.offsets.get(group_id, {})
             wanted = committed if partitions is None else [TopicPartition(*p) for p in partitions]
             return Result(value={tp: committed[tp].offset for tp in wanted if tp in committed})

@@ -11,6 +11,16 @@ never passed over because of a transient error.
 Ray restarts a crashed member (``max_restarts=-1``): it rejoins the group as a new
 member, while the group has already moved the dead member's partitions once its
 session timed out.
+
+Exactly-once mode (an ``output_topic`` and a ``transactional_id``): the function
+returns the batch's output (a ``pyarrow.Table`` for ``Producer.send_batch``, or None),
+and each batch is one transaction of the member's transactional producer: the output,
+then the consumer's positions as offsets (``send_offsets_to_transaction`` with the
+consumer's group metadata), then commit. The consumer reads read_committed. When
+anything fails the transaction is aborted and the member seeks back, so the batch is
+processed again and its output is committed once. The transactional id is the
+member's, stable across Ray restarts: a restarted member fences its zombie, whose
+transaction is aborted, and a fenced member stops.
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ from typing import Any
 
 import ray
 
-from raystream.errors import CommitFailedError
+from raystream.errors import CommitFailedError, ProducerFencedError
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -46,6 +56,10 @@ class GroupMember:
         mode: "arrow" or "records".
         consumer_config: further Consumer options (auto-commit is always off: the
             member commits after ``fn`` succeeds).
+        output_topic: exactly-once mode: where ``fn``'s output goes, in one transaction
+            with the batch's offsets.
+        transactional_id: the member's transactional id (exactly-once mode).
+        producer_config: further Producer options (exactly-once mode).
     """
 
     def __init__(
@@ -56,11 +70,22 @@ class GroupMember:
         fn: Callable[[Any], Any],
         mode: str,
         consumer_config: dict[str, Any],
+        output_topic: str | None = None,
+        transactional_id: str | None = None,
+        producer_config: dict[str, Any] | None = None,
     ) -> None:
         self._fn = fn
         self._mode = mode
+        self._output_topic = output_topic
         config = {"auto_offset_reset": "earliest", **consumer_config}
         config["enable_auto_commit"] = False
+        self._cluster = cluster
+        self._transactional_id = transactional_id
+        self._producer_config = dict(producer_config or {})
+        self._producer: Any = None
+        if output_topic is not None:
+            config["isolation_level"] = "read_committed"
+            self._producer = self._new_producer()  # fences this member's last incarnation
         self._consumer = cluster.consumer(*topics, group_id=group_id, **config)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -77,10 +102,15 @@ class GroupMember:
         while not self._stop.is_set():
             try:
                 self._step(consumer)
+            except ProducerFencedError:  # a newer incarnation took over: stop for good
+                self._failed(traceback.format_exc(limit=3))
+                break
             except Exception:  # the loop survives: the error is kept for status()
                 self._failed(traceback.format_exc(limit=3))
                 self._stop.wait(RETRY_BACKOFF_S)
         consumer.close(autocommit=False)
+        if self._producer is not None:
+            self._producer.close()
 
     def _step(self, consumer: Any) -> None:
         if self._mode == ARROW:
@@ -95,6 +125,12 @@ class GroupMember:
         with self._lock:
             self._assignment = sorted(consumer.assignment())
         if not rows:
+            return
+        if self._producer is not None:
+            self._transact(consumer, batch, starts)
+            with self._lock:
+                self._processed += rows
+                self._batches += 1
             return
         try:
             self._fn(batch)
@@ -112,6 +148,41 @@ class GroupMember:
         with self._lock:
             self._processed += rows
             self._batches += 1
+
+    def _transact(self, consumer: Any, batch: Any, starts: dict[TopicPartition, int]) -> None:
+        """One batch as one transaction: output, offsets, commit; abort and seek back
+        when any step fails (a fenced producer's error propagates: the member stops)."""
+        producer = self._producer
+        producer.begin_transaction()
+        try:
+            output = self._fn(batch)
+            if output is not None and output.num_rows:
+                producer.send_batch(self._output_topic, output)
+            positions = {tp: consumer.position(tp) for tp in starts}
+            producer.send_offsets_to_transaction(positions, consumer.group_metadata())
+            producer.commit_transaction()
+        except ProducerFencedError:
+            raise
+        except Exception:
+            for tp, offset in starts.items():  # not committed: read them again
+                if tp in consumer.assignment():
+                    consumer.seek(tp, offset)
+            try:
+                producer.abort_transaction()
+            except ProducerFencedError:
+                raise
+            except Exception:  # unusable now: a new producer aborts and fences it
+                logger.exception("abort failed; starting a new transactional producer")
+                producer.close(timeout=5)
+                self._producer = self._new_producer()
+            raise
+
+    def _new_producer(self) -> Any:
+        producer = self._cluster.producer(
+            transactional_id=self._transactional_id, **self._producer_config
+        )
+        producer.init_transactions()  # fences an older producer with this id
+        return producer
 
     def _failed(self, error: str) -> None:
         logger.warning("consumer-group member failed: %s", error)

@@ -17,6 +17,13 @@ answered with its original offsets, a gap waits for its predecessor, see
 :meth:`PartitionReplica._check_sequence`), and a follower feeds it the headers of the
 batches it copies, so a new leader knows every producer from its first request.
 
+Transactions: transactional batches open their producer's transaction on the
+partition; the transaction coordinator ends it with :meth:`PartitionReplica.write_txn_marker`
+(a control batch, answered once the ISR has it), and followers learn markers from the
+headers they copy. A read_committed fetch reads below the last stable offset and skips
+the batches of aborted transactions, which the producer state's aborted-transaction
+index names without a scan; markers are never returned as records.
+
 A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
 the newest snapshot and the batch headers after it, and asks the controller for its
 role before it serves anything. Every method answers with an error code instead of
@@ -30,7 +37,9 @@ import contextlib
 import logging
 import os
 import shutil
+import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -48,9 +57,10 @@ from raystream.errors import (
     RaystreamTimeoutError,
 )
 from raystream.log import Log, LogConfig
-from raystream.log.batch import stored_headers
+from raystream.log.batch import BatchHeader, PayloadDecoder, stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
 from raystream.log.producer_state import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     SEQUENCE_LIMIT,
     AppendCheck,
@@ -67,10 +77,11 @@ from raystream.protocol import (
     ProduceResponse,
     Result,
     failure,
+    wire_bytes,
 )
-from raystream.records import empty_fetch
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
+from raystream.transactions.markers import marker_batch
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +96,19 @@ REPLICA_FETCH_WAIT_MS = 500
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
-MAX_PRODUCER_EPOCH = (1 << 15) - 1
+
+
+def _consumer_skip(
+    aborted: Callable[[BatchHeader], bool] | None,
+) -> Callable[[BatchHeader], bool]:
+    """What a consumer fetch leaves out: transaction markers, and aborted batches."""
+    if aborted is None:
+        return _is_control
+    return lambda header: header.is_control or aborted(header)
+
+
+def _is_control(header: BatchHeader) -> bool:
+    return header.is_control
 
 
 def replica_directory(data_dir: str, topic: str, partition: int, replica_id: int) -> str:
@@ -155,7 +178,11 @@ class PartitionReplica:
         self._rebuild_producer_state()
         self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
-        self._empty = empty_fetch(record_schema)
+        self._decoder = PayloadDecoder()
+        # pyarrow imports pandas on its first array conversion (up to a second on a
+        # busy machine): pay for it as the replica starts, not in its first produce.
+        pa.array([], pa.int64()).to_numpy()
+        self._last_schema: pa.Schema | None = None  # the last schema found equal
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
@@ -245,15 +272,20 @@ class PartitionReplica:
 
     async def produce(
         self,
-        batch: pa.RecordBatch,
+        batch: pa.RecordBatch | bytes,
         acks: int | str = 1,
         timeout_ms: int = 30_000,
         compression: str | None = None,
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,
         base_sequence: int = -1,
+        transactional: bool = False,
     ) -> ProduceResponse:
         """Append one batch as leader; answer with its base offset.
+
+        ``batch`` is a RecordBatch of the topic's layout or, as producers send it, the
+        bytes of a one-batch Arrow IPC stream (cheaper for Ray to carry than a pickled
+        RecordBatch; decoded here without a copy).
 
         ``acks=0`` and ``acks=1`` answer after the leader's append; ``acks="all"``
         answers once every ISR member has the batch, and is refused with
@@ -263,7 +295,8 @@ class PartitionReplica:
         batch's ``base_sequence`` (its records take the sequences from there on): a
         batch already written is not written again and is answered with its original
         base offset; a batch ahead of its producer's next sequence waits for its
-        predecessor (see :meth:`_check_sequence`).
+        predecessor (see :meth:`_check_sequence`). A ``transactional`` batch (it needs a
+        producer id) belongs to its producer's open transaction on this partition.
         """
         self._start()
         try:
@@ -271,16 +304,29 @@ class PartitionReplica:
             if required is None:
                 raise InvalidRequestError(f"acks={acks!r} is invalid; use 0, 1, 'all' or -1")
             self._require_leader()
+            if isinstance(batch, bytes | pa.Buffer):
+                batch = self._decode(batch)
             if not isinstance(batch, pa.RecordBatch):
                 raise InvalidRecordError(
-                    f"produce takes a pyarrow RecordBatch, not {type(batch).__name__}"
+                    f"produce takes a pyarrow RecordBatch or its Arrow IPC stream, not "
+                    f"{type(batch).__name__}"
                 )
-            if not batch.schema.equals(self.record_schema):
+            if batch.schema is not self._last_schema and not batch.schema.equals(
+                self.record_schema
+            ):
                 raise InvalidRecordError(
                     f"batch schema does not match topic {self.topic!r}: expected "
                     f"{self.record_schema}, got {batch.schema}"
                 )
+            self._last_schema = batch.schema
             _check_producer_fields(producer_id, producer_epoch, base_sequence)
+            if transactional is not False and (
+                transactional is not True or producer_id == NO_PRODUCER_ID
+            ):
+                raise InvalidRequestError(
+                    f"transactional={transactional!r} needs a bool and a producer id "
+                    f"(producer_id={producer_id})"
+                )
             if required == -1 and len(self.isr) < self.config.min_insync_replicas:
                 raise NotEnoughReplicasError(
                     f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas "
@@ -301,6 +347,7 @@ class PartitionReplica:
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
                     base_sequence=base_sequence,
+                    is_transactional=transactional,
                     compression=compression,
                 )
                 self.producers.append(
@@ -311,6 +358,7 @@ class PartitionReplica:
                     base,
                     last,
                     _now_ms(),
+                    transactional,
                 )
                 if producer_id != NO_PRODUCER_ID:
                     self._notify_sequenced()
@@ -326,6 +374,55 @@ class PartitionReplica:
             )
         except Exception as error:  # answered, never raised across the boundary
             return failure(error, ProduceResponse)
+
+    async def write_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int = 30_000,
+    ) -> Result:
+        """End ``producer_id``'s transaction here with a commit or abort marker (leader).
+
+        The transaction coordinator calls this for every partition of a transaction
+        once the outcome is durable in ``__transaction_state``. Answers once every ISR
+        member has the marker (acks=all), so the coordinator completes a transaction
+        only when its markers cannot be lost; the marker's offset is the value. A
+        marker whose epoch is newer than the producer's fences its older epoch here.
+        Writing one for a producer without an open transaction is harmless (a retry).
+        """
+        self._start()
+        try:
+            _check_producer_fields(producer_id, producer_epoch, 0)
+            if producer_id == NO_PRODUCER_ID or not isinstance(commit, bool):
+                raise InvalidRequestError(
+                    f"a marker needs a producer id and commit=True/False, not "
+                    f"{producer_id!r} and {commit!r}"
+                )
+            if not isinstance(coordinator_epoch, int) or isinstance(coordinator_epoch, bool):
+                raise InvalidRequestError(f"coordinator_epoch={coordinator_epoch!r} is invalid")
+            self._require_leader()
+            self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+            now = _now_ms()
+            offset, _ = self.log.append(
+                marker_batch(self.record_schema, commit, coordinator_epoch, now),
+                partition_leader_epoch=self.leader_epoch,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                is_control=True,
+                is_commit=commit,
+            )
+            self.producers.complete_txn(
+                producer_id, producer_epoch, commit, offset, now, coordinator_epoch
+            )
+            self._notify_sequenced()
+            self._notify_appended()
+            self._update_high_watermark()
+            await self._await_commit(offset + 1, timeout_ms)
+            return Result(value=offset)
+        except Exception as error:
+            return failure(error)
 
     async def _check_sequence(
         self,
@@ -371,6 +468,13 @@ class PartitionReplica:
         if error is not None:
             raise error
         return check
+
+    def _decode(self, data: bytes | pa.Buffer) -> pa.RecordBatch:
+        """The record batch in an Arrow IPC stream (zero-copy; schemas parsed once)."""
+        try:
+            return self._decoder.decode(data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
+        except (pa.ArrowException, ValueError, IndexError, struct.error) as error:
+            raise InvalidRecordError(f"produce data is not an Arrow IPC stream: {error}") from None
 
     async def _await_commit(self, offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark reaches ``offset`` (the ISR has the batch)."""
@@ -478,9 +582,14 @@ class PartitionReplica:
         min_bytes: int = 1,
         isolation_level: str = "read_uncommitted",
     ) -> FetchResponse:
-        """Records from ``offset`` below the high watermark, waiting for some if none.
+        """Stored batches from ``offset`` below the high watermark, waiting for some if none.
 
-        Long polling: when fewer than ``min_bytes`` are available the call waits up to
+        The batches go as stored, undecoded (see :class:`~raystream.protocol.FetchResponse`);
+        ``max_bytes`` and ``min_bytes`` count their stored size.
+
+        ``read_committed`` reads below the last stable offset and skips aborted
+        transactions' batches; either level hides markers. Long polling: when fewer
+        than ``min_bytes`` are available the call waits up to
         ``max_wait_ms`` for new data, so a consumer at the end of the log gets a new
         record as soon as it is committed, without polling in a loop.
         """
@@ -495,22 +604,43 @@ class PartitionReplica:
                 )
             self._require_leader()
             deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+            committed = isolation_level == "read_committed"
             while True:
                 self._check_range(offset)
-                table = self.log.read(offset, max_bytes=max_bytes, max_offset=self.high_watermark)
+                limit = self._read_limit(committed)
+                aborted = self.producers.aborted_filter(offset, limit) if committed else None
+                runs, next_offset = self.log.read_raw_until(
+                    offset, max_bytes, limit, _consumer_skip(aborted)
+                )
+                size = sum(run.size for run in runs)
                 remaining = deadline - time.monotonic()
-                if (table.num_rows and table.nbytes >= min_bytes) or remaining <= 0:
+                if (
+                    (size and size >= min_bytes)
+                    or (not runs and next_offset > offset)  # only markers or aborted batches
+                    or remaining <= 0
+                ):
                     break
                 await self._wait(self._committed_event(), remaining)
                 self._require_leader()
             return FetchResponse(
-                records=table if table.num_rows else self._empty,
+                data=tuple(wire_bytes(run) for run in runs),
+                fetch_offset=offset,
+                limit=limit,
+                schema=None if runs else self.record_schema,
                 high_watermark=self.known_high_watermark,
                 log_start_offset=self.log.log_start_offset,
                 log_end_offset=self.log.log_end_offset,
+                next_offset=next_offset,
+                last_stable_offset=self.producers.last_stable_offset(self.high_watermark),
             )
         except Exception as error:
             return failure(error, FetchResponse)
+
+    def _read_limit(self, committed: bool) -> int:
+        """Where reading stops: the high watermark, or the last stable offset."""
+        if committed:
+            return self.producers.last_stable_offset(self.high_watermark)
+        return self.high_watermark
 
     def _check_range(self, offset: int) -> None:
         if offset > self.log.log_end_offset or offset < self.log.log_start_offset:
@@ -519,8 +649,11 @@ class PartitionReplica:
                 f"{self.log.log_end_offset}] of {self.topic}-{self.partition}"
             )
 
-    async def list_offsets(self, timestamp: int) -> ListOffsetsResponse:
-        """The earliest (-2), latest (-1) or first offset at/after a timestamp (ms)."""
+    async def list_offsets(
+        self, timestamp: int, isolation_level: str = "read_uncommitted"
+    ) -> ListOffsetsResponse:
+        """The earliest (-2), latest (-1) or first offset at/after a timestamp (ms);
+        latest is the last stable offset for ``read_committed``."""
         self._start()
         try:
             if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < -2:
@@ -536,7 +669,9 @@ class PartitionReplica:
                         f"{self.topic}-{self.partition}: the new leader's high watermark is "
                         "not established yet"
                     )
-                return ListOffsetsResponse(offset=self.high_watermark)
+                return ListOffsetsResponse(
+                    offset=self._read_limit(isolation_level == "read_committed")
+                )
             found = self.log.offset_for_timestamp(timestamp)
             if found is None or found >= self.high_watermark:
                 return ListOffsetsResponse(offset=-1, timestamp=timestamp)
@@ -715,9 +850,11 @@ class PartitionReplica:
     def _rebuild_producer_state(self) -> None:
         """Producer state from the newest usable snapshot plus the batch headers after it."""
         start = self.producers.load(self.log.log_start_offset, self.log.log_end_offset)
-        self.producers.apply_all(
-            header for header in self.log.batch_headers(start) if header.next_offset > start
-        )
+        if start < self.log.log_end_offset:
+            self.producers.apply_all(
+                header for header in self.log.batch_headers(start) if header.next_offset > start
+            )
+        self.producers.map_end_offset = self.log.log_end_offset
 
     async def _snapshot_producer_state(self) -> None:
         """Snapshot the producer state if it moved (the file is written off the loop)."""
@@ -826,6 +963,7 @@ class PartitionReplica:
                 if time.monotonic() >= next_retention:
                     next_retention = time.monotonic() + retention_every
                     await asyncio.to_thread(self._housekeep)
+                    self.producers.prune_aborted(self.log.log_start_offset)
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
 

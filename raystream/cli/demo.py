@@ -14,6 +14,7 @@ temporary directory, removed at the end.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import shutil
@@ -278,7 +279,9 @@ def _spark_step(cluster, admin) -> bool:
     import raystream as rs
 
     started = _step("Spark on Ray: revenue per category with Spark SQL, written to a topic")
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # no per-dataset progress logs
     spark = rs.spark.session(cluster, app_name="raystream-demo")
+    spark.sparkContext.setLogLevel("ERROR")
     try:
         print(f"    Spark {spark.version} up in {time.perf_counter() - started:.1f} s")
         rs.spark.read_topic(spark, "orders").createOrReplaceTempView("orders")

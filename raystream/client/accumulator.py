@@ -368,15 +368,20 @@ class RecordAccumulator:
         chunk.ready = True
         chunk.result.size_bytes = chunk.size_bytes
 
-    def wait_for_work(self, timeout: float | None) -> None:
+    def wait_for_work(self, timeout: float | None, woken: Callable[[], bool] | None = None) -> None:
         """Block until something may be ready to drain, or ``timeout`` seconds pass.
 
         Checks under the lock, so a record appended just before cannot be missed: the
         wait ends when a chunk fills, a bulk job or flush arrives, the producer closes,
-        or the oldest open chunk's linger expires.
+        the oldest open chunk's linger expires, or ``woken()`` (checked under the lock,
+        for a waiter that also notifies :attr:`wakeup` about other work) is true.
         """
         with self.lock:
-            if self._ready or ((self.closed or self.flushes_in_progress) and self._open):
+            if (
+                self._ready
+                or ((self.closed or self.flushes_in_progress) and self._open)
+                or (woken is not None and woken())
+            ):
                 return
             now = self.clock()
             for chunk in self._open.values():

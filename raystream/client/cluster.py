@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -21,9 +22,11 @@ from raystream.client.transport import wait_result
 from raystream.config import BrokerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
+    ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     InvalidConfigError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
 )
 from raystream.java import provide_java
 from raystream.protocol import Result, TopicMetadata
@@ -107,6 +110,7 @@ class Cluster:
         self.controller = controller
         self._metadata: dict[str, TopicMetadata] = {}
         self._coordinator: Any = None
+        self._transaction_coordinator: Any = None
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -159,26 +163,72 @@ class Cluster:
         """Call a group coordinator method and return its value, raising its error.
 
         While the coordinator restarts (Ray brings it back after a crash, and it reloads
-        ``__consumer_offsets``) the call is retried until ``timeout_s``.
+        ``__consumer_offsets``), and while a transaction may still commit offsets
+        (UnstableOffsetCommitError), the call is retried until ``timeout_s``.
         """
+        return self._call_coordinator(
+            self.coordinator,
+            "group coordinator",
+            (BrokerNotAvailableError, CoordinatorNotAvailableError, UnstableOffsetCommitError),
+            method,
+            args,
+            timeout_s,
+        )
+
+    def transaction_coordinator(self, refresh: bool = False) -> Any:
+        """The transaction coordinator's handle (the controller starts it on first use)."""
+        with self._lock:
+            cached = self._transaction_coordinator
+        if cached is not None and not refresh:
+            return cached
+        handle = self.call("find_transaction_coordinator")
+        with self._lock:
+            self._transaction_coordinator = handle
+        return handle
+
+    def transaction_coordinator_call(
+        self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
+    ) -> Any:
+        """Call a transaction coordinator method and return its value, raising its error.
+
+        Retried until ``timeout_s`` while the coordinator restarts, and while the
+        producer's previous transaction is still completing (ConcurrentTransactionsError).
+        """
+        return self._call_coordinator(
+            self.transaction_coordinator,
+            "transaction coordinator",
+            (BrokerNotAvailableError, CoordinatorNotAvailableError, ConcurrentTransactionsError),
+            method,
+            args,
+            timeout_s,
+        )
+
+    @staticmethod
+    def _call_coordinator(
+        find: Callable[[bool], Any],
+        what: str,
+        retry: tuple[type[Exception], ...],
+        method: str,
+        args: tuple[Any, ...],
+        timeout_s: float,
+    ) -> Any:
         deadline = time.monotonic() + timeout_s
         backoff_s = 0.05
         refresh = False
         while True:
             try:
                 answer = wait_result(
-                    getattr(self.coordinator(refresh), method).remote(*args),
+                    getattr(find(refresh), method).remote(*args),
                     max(deadline - time.monotonic(), 0.001),
-                    f"group coordinator {method}",
+                    f"{what} {method}",
                 )
-            except (BrokerNotAvailableError, CoordinatorNotAvailableError):
+                return answer.unwrap() if isinstance(answer, Result) else answer
+            except retry as error:
                 if time.monotonic() + backoff_s >= deadline:
                     raise
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 1.0)
-                refresh = True
-                continue
-            return answer.unwrap() if isinstance(answer, Result) else answer
+                refresh = isinstance(error, (BrokerNotAvailableError, CoordinatorNotAvailableError))
 
     def _find_controller(self) -> Any:
         """The namespace's controller if it is alive or restarting, else None."""
@@ -257,6 +307,7 @@ class Cluster:
         with self._lock:
             self._metadata.clear()
             self._coordinator = None
+            self._transaction_coordinator = None
 
     def __repr__(self) -> str:
         return f"Cluster(namespace={self.namespace!r}, data_dir={self._data_dir!r})"

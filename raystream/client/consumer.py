@@ -65,7 +65,7 @@ from raystream.records import (
     iter_consumer_records,
     to_user_table,
 )
-from raystream.types import ConsumerRecord, TopicPartition
+from raystream.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
 AUTO_OFFSET_RESET = ("earliest", "latest", "none")
 """auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
@@ -329,6 +329,7 @@ class Consumer:
                 self.config.heartbeat_interval_ms,
                 self.config.max_poll_interval_ms,
                 owner=self,
+                require_stable=self.config.isolation_level == "read_committed",
             )
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         if topics:
@@ -811,6 +812,19 @@ class Consumer:
         group = self._require_group("committed")
         tp = self._existing(tp, "committed")
         return group.committed([tp]).get(tp)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, member id and generation, for
+        ``Producer.send_offsets_to_transaction`` (KIP-447: offsets of a consumer that
+        a rebalance left behind are refused).
+
+        Raises:
+            InvalidRequestError: the consumer has no group_id.
+        """
+        group = self._require_group("group_metadata")
+        return ConsumerGroupMetadata(
+            group.group_id, group.member_id, group.generation, group.group_instance_id
+        )
 
     def _require_group(self, what: str) -> GroupMembership:
         self._check_open()

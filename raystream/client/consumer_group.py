@@ -6,6 +6,14 @@ it polls and committing after the function succeeds (at-least-once). The group
 coordinator shares the partitions among them and moves them when members come, go or
 crash; Ray restarts crashed members.
 
+Exactly-once mode: with ``output_topic``, ``fn`` returns each batch's output (a
+``pyarrow.Table``, or None) and every batch is one transaction of the member's
+transactional producer, holding the output and the consumed offsets: a read_committed
+reader of ``output_topic`` sees each input's output exactly once, whatever crashes,
+restarts and rebalances happen. Member ``i`` has the transactional id
+``"<transactional_id_prefix or group_id>-member-<i>"``, the same after a Ray restart,
+so a restarted member fences its zombie.
+
 Example:
     >>> def score(table):                                        # doctest: +SKIP
     ...     print(table.num_rows)
@@ -57,6 +65,11 @@ class ConsumerGroup:
             every ``autoscale_interval_s`` it aims at ``ceil(lag / lag_per_member)``
             members within those bounds. The check runs on a thread of this object.
         lag_per_member, autoscale_interval_s: autoscaling knobs.
+        output_topic: exactly-once mode (see the module docstring): the topic ``fn``'s
+            output tables go to, in one transaction per batch with its offsets.
+        transactional_id_prefix: prefix of the members' transactional ids (default:
+            the group id).
+        producer_config: further Producer options for the members' producers.
 
     Raises:
         InvalidRequestError: a bad argument (the message names it).
@@ -75,6 +88,9 @@ class ConsumerGroup:
         autoscale: tuple[int, int] | None = None,
         lag_per_member: int = 100_000,
         autoscale_interval_s: float = 10.0,
+        output_topic: str | None = None,
+        transactional_id_prefix: str | None = None,
+        producer_config: dict[str, Any] | None = None,
     ) -> None:
         self.cluster = resolve_cluster(cluster)
         self.topics = [topics] if isinstance(topics, str) else list(topics)
@@ -96,7 +112,16 @@ class ConsumerGroup:
             _check_count(low, "autoscale minimum", 0)
             _check_count(high, "autoscale maximum", max(low, 1))
             members = min(max(members, low), high)
+        if output_topic is not None:
+            if not isinstance(output_topic, str) or not output_topic:
+                raise InvalidRequestError(
+                    f"ConsumerGroup output_topic must be a topic name: {output_topic!r}"
+                )
+            self.cluster.topic_metadata(output_topic)
         self.group_id = group_id
+        self._output_topic = output_topic
+        self._txn_prefix = transactional_id_prefix or group_id
+        self._producer_config = dict(producer_config or {})
         self._fn = fn
         self._mode = mode
         self._consumer_config = dict(consumer_config or {})
@@ -130,6 +155,8 @@ class ConsumerGroup:
         _check_count(members, "members", 0)
         with self._lock:
             while len(self._members) < members:
+                index = len(self._members)
+                exactly_once = self._output_topic is not None
                 self._members.append(
                     GroupMemberActor.options(**self._actor_options).remote(
                         self.cluster,
@@ -138,6 +165,9 @@ class ConsumerGroup:
                         self._fn,
                         self._mode,
                         self._consumer_config,
+                        self._output_topic,
+                        f"{self._txn_prefix}-member-{index}" if exactly_once else None,
+                        self._producer_config,
                     )
                 )
             removed = self._members[members:]

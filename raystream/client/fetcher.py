@@ -83,11 +83,10 @@ class _Buffer:
     offsets: np.ndarray
     cursor: int
     position: int
-
-    @property
-    def end(self) -> int:
-        """The offset right after the last fetched row (where the next fetch starts)."""
-        return int(self.offsets[-1]) + 1
+    end: int
+    """Where the next fetch starts: after the last fetched row, or further when the
+    leader examined batches past it that hold no records for this consumer (markers,
+    aborted transactions)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -372,10 +371,12 @@ class Fetcher:
         if error is None:
             if response.high_watermark >= 0:  # -1: a new leader has none yet
                 state.high_watermark = response.high_watermark
-            table = response.records
+            table, next_offset = response.decode()
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
-                state.buffer = _Buffer(table, offsets, 0, flight.offset)
+                state.buffer = _Buffer(table, offsets, 0, flight.offset, next_offset)
+            elif next_offset > flight.offset:  # compacted away, markers, aborted batches
+                state.position = next_offset
         elif isinstance(error, OffsetOutOfRangeError):
             self._out_of_range(state, flight.offset, error)
         elif error.retriable:
@@ -441,10 +442,11 @@ class Fetcher:
             table = buffer.table.slice(cursor, take)
             drained.append(Drained(state, buffer.position, state.epoch, table, offsets))
             buffer.cursor = cursor + take
-            buffer.position = int(offsets[-1]) + 1
+            exhausted = buffer.cursor == len(buffer.offsets)
+            buffer.position = buffer.end if exhausted else int(offsets[-1]) + 1
             if advance:
                 state.position = buffer.position
-            if buffer.cursor == len(buffer.offsets):
+            if exhausted:
                 state.buffer = None
             budget -= take
             if budget == 0:
@@ -491,6 +493,8 @@ class Fetcher:
     def list_offsets(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
         """Ask the leaders for offsets by timestamp (-2 earliest, -1 latest), retrying.
 
+        "Latest" is the high watermark, or the last stable offset for read_committed.
+
         Retriable failures (dead actor, NotLeader, ...) refresh metadata and retry after
         ``retry_backoff_ms`` until ``request_timeout_ms`` has passed. The answer is -1
         for a timestamp no record reaches.
@@ -508,7 +512,7 @@ class Fetcher:
             last: RaystreamError | None = None
             for tp, timestamp in pending.items():
                 try:
-                    refs[tp] = self._leader(tp).list_offsets.remote(timestamp)
+                    refs[tp] = self._leader(tp).list_offsets.remote(timestamp, self.isolation_level)
                 except RaystreamError as error:
                     last = error
                     refresh.add(tp.topic)

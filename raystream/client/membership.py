@@ -70,6 +70,8 @@ class GroupMembership:
         strategies: assignment strategies in preference order.
         session_timeout_ms, heartbeat_interval_ms, max_poll_interval_ms: Kafka's.
         owner: the consumer the membership works for.
+        require_stable: committed offsets are asked for only once no open transaction
+            may still commit offsets of the group (KIP-447; read_committed consumers).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class GroupMembership:
         heartbeat_interval_ms: int,
         max_poll_interval_ms: int,
         owner: MembershipOwner,
+        require_stable: bool = False,
     ) -> None:
         self.cluster = cluster
         self.group_id = group_id
@@ -94,6 +97,7 @@ class GroupMembership:
         self.heartbeat_interval_s = heartbeat_interval_ms / 1000
         self.max_poll_interval_s = max_poll_interval_ms / 1000
         self.owner = owner
+        self.require_stable = require_stable
         self.member_id = ""
         self.generation = NO_GENERATION
         self.owned: set[TopicPartition] = set()
@@ -327,5 +331,5 @@ class GroupMembership:
     def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of ``partitions`` (missing: none committed)."""
         return self.cluster.coordinator_call(
-            "fetch_offsets", self.group_id, [tuple(tp) for tp in partitions]
+            "fetch_offsets", self.group_id, [tuple(tp) for tp in partitions], self.require_stable
         )

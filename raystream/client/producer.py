@@ -20,9 +20,14 @@ Delivery: retriable errors are retried after a metadata refresh until
 the producer's id, epoch and the partition sequence of its first record, and the
 leader writes it once however often it is retried: no duplicates, per-partition order
 kept (see :mod:`raystream.client.sender`). Without it (or with acks=0) delivery is at
-least once. Transactions
-(``transactional_id`` and the ``*_transaction`` methods) are not supported yet and
-raise :class:`~raystream.errors.UnsupportedError`.
+least once.
+
+Transactions (``transactional_id``): ``init_transactions()`` once, then
+``begin_transaction()``, sends to any partitions of any topics,
+``send_offsets_to_transaction()`` for a consume-transform-produce loop, and
+``commit_transaction()`` or ``abort_transaction()``: everything sent in between, and
+the offsets, become visible to read_committed consumers together or not at all (see
+:mod:`raystream.client.transactions`).
 
 Example:
     >>> with rs.connect().producer(acks=1) as producer:        # doctest: +SKIP
@@ -61,25 +66,23 @@ from raystream.client.results import (
     ProduceResult,
 )
 from raystream.client.sender import Sender, TopicCache
+from raystream.client.transactions import TransactionManager
 from raystream.config import ProducerConfig
 from raystream.errors import (
     IllegalStateError,
     InvalidRecordError,
     InvalidRequestError,
+    InvalidTxnStateError,
+    RaystreamError,
     RaystreamTimeoutError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
-    UnsupportedError,
 )
+from raystream.groups.offsets_topic import OFFSETS_TOPIC, OffsetAndMetadata, offset_records
 from raystream.records import batch_from_table
-from raystream.types import RecordMetadata
+from raystream.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
-
-_TRANSACTIONS = (
-    "transactions are not supported by this raystream version yet; "
-    "create the producer without transactional_id"
-)
 
 
 class Producer:
@@ -100,7 +103,6 @@ class Producer:
     Raises:
         InvalidRequestError: ``acks`` is not one of 0, 1, "all", -1.
         InvalidConfigError: another option is invalid (the message names it).
-        UnsupportedError: ``transactional_id`` was given.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class Producer:
         compression_type: str | None = None,
         enable_idempotence: bool = True,
         transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
         retries: int = 2_147_483_647,
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
@@ -132,6 +135,7 @@ class Producer:
             compression_type=compression_type,
             enable_idempotence=enable_idempotence,
             transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
             retries=retries,
             delivery_timeout_ms=delivery_timeout_ms,
             request_timeout_ms=request_timeout_ms,
@@ -144,8 +148,6 @@ class Producer:
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
         )
-        if config.transactional_id is not None:
-            raise UnsupportedError(f"transactional_id={config.transactional_id!r}: {_TRANSACTIONS}")
         self.config = config
         self.cluster = resolve_cluster(cluster)
         self._partitioner = resolve_partitioner(partitioner)
@@ -170,6 +172,14 @@ class Producer:
         self._sender = Sender(
             self._accumulator, self._topics, self._partitioner, config, time.monotonic
         )
+        self._txn: TransactionManager | None = None
+        if config.transactional_id is not None:
+            self._txn = self._sender.transaction = TransactionManager(
+                self.cluster,
+                config.transactional_id,
+                config.transaction_timeout_ms,
+                config.request_timeout_ms,
+            )
         self._closed = False
         self._close_lock = threading.Lock()
         self._sender.start()
@@ -199,9 +209,13 @@ class Producer:
             RecordTooLargeError: the record exceeds ``max_request_size``.
             RaystreamTimeoutError: no buffer space within ``max_block_ms``.
             IllegalStateError: the producer is closed.
+            InvalidTxnStateError: a transactional producer has no open transaction.
         """
         if self._closed:
             raise IllegalStateError("send() after the producer was closed")
+        txn = self._txn
+        if txn is not None:
+            txn.require_open("send")
         if key is not None and self._key_serializer is not None:
             key = self._key_serializer(key)
         if value is not None and self._value_serializer is not None:
@@ -255,9 +269,12 @@ class Producer:
                 f"a record of about {size} bytes for topic {topic!r} exceeds "
                 f"max_request_size={self._max_request_size}"
             )
-        return self._append(
+        future = self._append(
             topic, key, value, timestamp_ms, part, size, headers, info.num_partitions
         )
+        if txn is not None:
+            txn.track(future._result)
+        return future
 
     def _topic(self, topic: str) -> TopicInfo:
         if not isinstance(topic, str):
@@ -326,6 +343,8 @@ class Producer:
         if self._closed:
             raise IllegalStateError("send_batch() after the producer was closed")
         self._not_from_a_callback("send_batch")
+        if self._txn is not None:
+            self._txn.require_open("send_batch")
         info = self._topic(topic)
         now_ms = time.time_ns() // 1_000_000
         batch = batch_from_table(table, info.record_schema, key_column, now_ms)
@@ -357,6 +376,8 @@ class Producer:
             for r in requests
         ]
         result.set_requests(requests)
+        if self._txn is not None:
+            self._txn.track(result)
         self._accumulator.add_bulk(BulkJob(topic, result, requests))
         while not result.done.wait(1.0):
             if not self._sender.is_alive():
@@ -465,24 +486,113 @@ class Producer:
     # ------------------------------------------------------------ transactions
 
     def init_transactions(self) -> None:
-        """Not supported yet."""
-        raise UnsupportedError(_TRANSACTIONS)
+        """Register the ``transactional_id``: get the producer id and a new epoch.
+
+        Fences every older producer with the same transactional id (their transaction
+        calls and writes fail with ProducerFencedError from now on) and has the
+        coordinator abort the transaction one of them left open. Call once, first.
+
+        Raises:
+            InvalidTxnStateError: not a transactional producer, or called twice.
+        """
+        txn = self._require_txn("init_transactions")
+        self._sender.set_producer(*txn.init())
 
     def begin_transaction(self) -> None:
-        """Not supported yet."""
-        raise UnsupportedError(_TRANSACTIONS)
+        """Start a transaction: what is sent from now on belongs to it.
+
+        Raises:
+            InvalidTxnStateError: not initialized, or a transaction is already open.
+            ProducerFencedError: a newer producer took the transactional id.
+        """
+        self._require_txn("begin_transaction").begin()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, Any], group_id: str | ConsumerGroupMetadata
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (consume-transform-produce).
+
+        ``offsets`` maps partitions to the next offset to read (an int, or an
+        ``(offset, metadata)`` pair); ``group_id`` is the consumer group, or better the
+        consumer's :meth:`~raystream.Consumer.group_metadata`, with which the group
+        coordinator first checks that the consumer is still a member of the current
+        generation, so a zombie consumer's offsets never commit (KIP-447). The offsets
+        are written by this producer, as records of the transaction, to the group's
+        ``__consumer_offsets`` partition: they commit or abort with the output.
+
+        Raises:
+            InvalidTxnStateError: no open transaction.
+            InvalidRequestError: a bad offset or group (the message names it).
+            CommitFailedError: the consumer is no longer a member of that generation
+                (the transaction must be aborted).
+        """
+        txn = self._require_txn("send_offsets_to_transaction")
+        txn.require_open("send_offsets_to_transaction")
+        if isinstance(group_id, ConsumerGroupMetadata):
+            metadata, group = group_id, group_id.group_id
+        else:
+            metadata, group = None, group_id
+        if not isinstance(group, str) or not group:
+            raise InvalidRequestError(f"group_id {group_id!r} must be a non-empty string")
+        committed = _offsets_to_commit(offsets)
+        if not committed:
+            return
+        try:
+            partition = txn.add_offsets(group)
+            self.send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
+            if metadata is not None and metadata.member_id:
+                # Checked once the offsets are written, not before: from then on a new
+                # owner's offset fetch waits for this transaction, so a rebalance either
+                # happened before this check (refused here) or sees these offsets.
+                self.cluster.coordinator_call(
+                    "check_txn_offsets", group, metadata.member_id, metadata.generation_id
+                )
+        except RaystreamError as error:
+            txn.fail(error)
+            raise
 
     def commit_transaction(self) -> None:
-        """Not supported yet."""
-        raise UnsupportedError(_TRANSACTIONS)
+        """Send everything buffered, then commit the transaction everywhere at once.
+
+        Returns once the commit markers are written: read_committed consumers see the
+        transaction's records from then on.
+
+        Raises:
+            InvalidTxnStateError: no open transaction (or it must be aborted).
+            RaystreamError: a send of the transaction failed; abort it.
+            ProducerFencedError: a newer producer took the transactional id, or the
+                coordinator aborted the transaction after ``transaction_timeout_ms``.
+        """
+        txn = self._require_txn("commit_transaction")
+        txn.begin_end(commit=True)
+        self.flush()
+        txn.end(commit=True)
 
     def abort_transaction(self) -> None:
-        """Not supported yet."""
-        raise UnsupportedError(_TRANSACTIONS)
+        """Abort the transaction: its records stay invisible to read_committed consumers.
 
-    def send_offsets_to_transaction(self, offsets: Any, group_id: str) -> None:
-        """Not supported yet."""
-        raise UnsupportedError(_TRANSACTIONS)
+        Waits for the batches in flight first. After a failed send the producer takes
+        a new epoch, so the next transaction's sequences start afresh.
+
+        Raises:
+            InvalidTxnStateError: no open transaction.
+            ProducerFencedError: a newer producer took the transactional id.
+        """
+        txn = self._require_txn("abort_transaction")
+        txn.begin_end(commit=False)
+        self.flush()
+        if txn.end(commit=False):
+            self._sender.set_producer(txn.producer_id, txn.producer_epoch)
+
+    def _require_txn(self, what: str) -> TransactionManager:
+        self._not_from_a_callback(what)
+        if self._txn is None:
+            raise InvalidTxnStateError(
+                f"{what}() needs a transactional producer: create it with transactional_id"
+            )
+        if self._closed:
+            raise IllegalStateError(f"{what}() after the producer was closed")
+        return self._txn
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -490,6 +600,31 @@ class Producer:
 
 
 # ------------------------------------------------------------------------- helpers
+
+
+def _offsets_to_commit(offsets: Any) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Validated ``{TopicPartition: offset | (offset, metadata)}`` as commit records."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidRequestError(
+            f"offsets must be a dict {{TopicPartition: offset}}, not {type(offsets).__name__}"
+        )
+    now_ms = time.time_ns() // 1_000_000
+    committed = {}
+    for tp, value in offsets.items():
+        offset, metadata = value if isinstance(value, tuple) else (value, "")
+        offset = getattr(offset, "offset", offset)
+        if (
+            not isinstance(tp, TopicPartition)
+            or not isinstance(offset, int)
+            or isinstance(offset, bool)
+            or offset < 0
+            or not isinstance(metadata, str)
+        ):
+            raise InvalidRequestError(
+                f"offsets: {tp!r} -> {value!r} must be a TopicPartition and an offset >= 0"
+            )
+        committed[tp] = OffsetAndMetadata(offset, metadata, now_ms)
+    return committed
 
 
 def _typed_value_size(info: TopicInfo, value: Any) -> int:

@@ -6,15 +6,25 @@ One daemon thread per producer. Each turn of its loop it
    everything during a flush) and turns each into per-partition requests
    (:func:`~raystream.client.accumulator.build_requests`, Arrow work off the caller's
    thread);
-2. issues produce calls, up to the in-flight limit per partition (see Ordering): the
-   requests of a partition queued behind each other go out together as one *batch* (up
-   to ``max_request_size``), as ``leader.produce.remote(records, acks,
-   request_timeout_ms, compression, producer_id, producer_epoch, base_sequence)``;
-3. waits briefly (``ray.wait`` with a short timeout, so new batches are picked up) for
-   answers and completes the requests they answer.
+2. issues produce calls: the requests of a partition queued behind each other go out
+   together as one *batch* (up to ``max_request_size``), encoded once as an Arrow IPC
+   stream, as ``leader.produce.remote(records, acks, request_timeout_ms, compression,
+   producer_id, producer_epoch, base_sequence)``;
+3. takes in the answers that arrived and completes the requests they answer, then
+   sleeps until there is something to do: a chunk ready, an answer (each call's
+   ObjectRef future notifies the loop when it completes), a linger, backoff or
+   timeout deadline. Nothing polls.
 
-A batch is fixed once sent: a retry resends the same rows with the same sequence
+A batch is fixed once sent: a retry resends the same bytes with the same sequence
 numbers, which is what lets the leader recognise it.
+
+When to send: a partition with no call in flight sends at once (``linger_ms`` has
+already passed, or the chunk is full); one with calls in flight sends another only
+when its queued requests fill ``batch_size`` (or to resend a batch), up to the
+in-flight limit. Small batches that trickle in meanwhile wait for the call in flight
+and then travel together: an actor call costs about a millisecond of CPU on each side
+here, so a call per trickle would cost more than it saves, while bulk traffic still
+gets several full calls in flight.
 
 Idempotence (``enable_idempotence``, the default, with acks 1 or "all"): before its
 first call the producer gets a producer id and epoch from the controller, and each
@@ -47,8 +57,16 @@ producer two more rules, as in Kafka since KIP-360:
 - A batch that fails for good leaves a gap no later batch can pass. Once none of the
   partition's calls is in flight (so no copy under the old numbers can still land),
   the partition bumps its producer epoch and renumbers its remaining batches from 0;
-  the leader accepts a new epoch starting at 0 and fences the old one. (A
-  transactional producer will abort its transaction instead.)
+  the leader accepts a new epoch starting at 0 and fences the old one. A
+  transactional producer does not bump the epoch itself (the transaction
+  coordinator owns it): the partition's waiting batches fail, the transaction must
+  abort, and the producer then takes a new epoch from the coordinator
+  (:meth:`Sender.set_producer`).
+
+Transactions: with a :class:`~raystream.client.transactions.TransactionManager`
+attached, the sender adds the partitions that have batches waiting to the transaction
+(one coordinator call for all that are new) before any of them goes out, and marks
+every batch transactional.
 
 With ``acks=0`` a batch's records complete (offset -1) as soon as it is issued; its
 answer is only awaited to bound the calls in flight, and its errors are ignored.
@@ -66,6 +84,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -84,18 +103,20 @@ from raystream.client.transport import is_dead_actor_error
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
+    InvalidTxnStateError,
     LeaderNotAvailableError,
     OutOfOrderSequenceError,
     RaystreamError,
     RaystreamTimeoutError,
 )
-from raystream.log.producer_state import NO_PRODUCER_ID, next_sequence
+from raystream.log.batch import BatchEncoder
+from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE
 
 logger = logging.getLogger(__name__)
 
-POLL_S = 0.002
-"""How long one wait for answers lasts before the loop looks for new batches."""
+IDLE_S = 0.002
+"""Pause after a loop failure, so a repeating one does not spin."""
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 """Calls in flight per partition for an idempotent producer: the leader remembers the
 last five batches of a producer, so any unanswered one is recognised when retried."""
@@ -104,7 +125,6 @@ PREPARE_MIN_BYTES = 100 << 10
 passes smaller arguments inline)."""
 EXPIRY_CHECK_S = 0.05
 """How often queued and in-flight batches are checked against their timeouts."""
-MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 
 class TopicCache:
@@ -155,6 +175,7 @@ class _Batch:
     __slots__ = (
         "attempts",
         "base_sequence",
+        "call",
         "created",
         "last_error",
         "order",
@@ -181,14 +202,22 @@ class _Batch:
         self.sent_at = 0.0
         self.last_error: BaseException | None = None
         self.payload: Any = None
+        self.call: Any = None  # the ObjectRef of the call in flight
 
-    def build(self) -> Any:
-        """The call's records: built (or shipped to the object store) once, kept for retries."""
+    def build(self, encoder: BatchEncoder) -> Any:
+        """The call's records as Arrow IPC bytes (or their ObjectRef, if shipped ahead).
+
+        Built once and kept for retries. Bytes, not a RecordBatch: Ray pickles a
+        RecordBatch argument at about a millisecond more per call here.
+        """
         if self.payload is None:
-            if len(self.requests) == 1:
-                self.payload = self.requests[0].prepared or self.requests[0].payload()
+            if len(self.requests) == 1 and self.requests[0].prepared is not None:
+                self.payload = self.requests[0].prepared
+            elif len(self.requests) == 1:
+                self.payload = encode_records(encoder, self.requests[0].payload())
             else:
-                self.payload = pa.concat_batches([r.view() for r in self.requests])
+                rows = pa.concat_batches([r.view() for r in self.requests])
+                self.payload = encode_records(encoder, rows)
         return self.payload
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
@@ -226,6 +255,7 @@ class _PartitionQueue:
         "in_flight",
         "next_sequence",
         "pending",
+        "pending_bytes",
         "producer_epoch",
         "resequence",
         "retries",
@@ -234,6 +264,7 @@ class _PartitionQueue:
 
     def __init__(self, producer_epoch: int) -> None:
         self.pending: deque[ProduceRequest] = deque()
+        self.pending_bytes = 0
         self.retries: list[_Batch] = []
         self.unacked: dict[int, _Batch] = {}
         self.in_flight = 0
@@ -301,7 +332,9 @@ class Sender(threading.Thread):
         self._producer_epoch = -1
         self._next_id_attempt = 0.0
         self._queues: dict[tuple[str, int], _PartitionQueue] = {}
-        self._in_flight: dict[Any, _Batch] = {}
+        self._in_flight: dict[Future, _Batch] = {}
+        self._answered: list[Future] = []  # completed calls; guarded by the accumulator lock
+        self._encoder = BatchEncoder()
         self._request_budget = config.max_request_size * REQUEST_FILL
         self._queued = 0  # requests pending plus batches waiting for a retry
         self._order = itertools.count()
@@ -309,6 +342,8 @@ class Sender(threading.Thread):
         self._next_refresh: dict[str, float] = {}
         self._next_expiry_check = 0.0
         self._abort_error: BaseException | None = None
+        self.transaction: Any = None
+        self._new_producer: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------- control
 
@@ -317,6 +352,23 @@ class Sender(threading.Thread):
         self._abort_error = error
         with self._accumulator.lock:
             self._accumulator.wakeup.notify()
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """Take a producer id and epoch from the transaction coordinator; every partition
+        restarts at sequence 0. Call with nothing queued or in flight (after
+        init_transactions, or a flushed abort); applied before the next batch goes out."""
+        with self._accumulator.lock:
+            self._new_producer = (producer_id, producer_epoch)
+            self._accumulator.wakeup.notify()
+
+    def _adopt_producer(self) -> None:
+        self.producer_id, self._producer_epoch = self._new_producer
+        self._new_producer = None
+        for queue in self._queues.values():
+            queue.producer_epoch = self._producer_epoch
+            queue.next_sequence = 0
+            queue.resequence = False
+            queue.unacked.clear()
 
     def run(self) -> None:
         while True:
@@ -328,7 +380,7 @@ class Sender(threading.Thread):
                 if self._abort_error is not None:
                     self._fail_everything(self._abort_error)
                     return
-                time.sleep(POLL_S)  # no hot loop if the failure repeats
+                time.sleep(IDLE_S)  # no hot loop if the failure repeats
 
     def _turn(self) -> bool:
         """One turn of the loop; True when the thread should stop."""
@@ -336,6 +388,10 @@ class Sender(threading.Thread):
         if self._abort_error is not None:
             self._fail_everything(self._abort_error)
             return True
+        if self._answered:
+            self._take_answers(self._clock())
+        if self._new_producer is not None:
+            self._adopt_producer()
         with accumulator.lock:
             now = self._clock()
             ready, _ = accumulator.drain(now)
@@ -352,13 +408,13 @@ class Sender(threading.Thread):
         if self._queued and self._has_producer_id(now):
             self._issue(now)
         wait_s = self._next_backoff(now)
-        if self._in_flight:
-            self._poll(POLL_S if wait_s is None else min(POLL_S, wait_s))
-        else:
-            if self._queued and wait_s is None:
-                wait_s = POLL_S
-            accumulator.wait_for_work(wait_s)
+        if self._in_flight or (self._queued and wait_s is None):
+            wait_s = EXPIRY_CHECK_S if wait_s is None else min(wait_s, EXPIRY_CHECK_S)
+        accumulator.wait_for_work(wait_s, self._has_answers)
         return False
+
+    def _has_answers(self) -> bool:
+        return bool(self._answered)
 
     def _has_producer_id(self, now: float) -> bool:
         """Whether batches may go out: not idempotent, or the producer id is known.
@@ -397,7 +453,9 @@ class Sender(threading.Thread):
                 item.result.fail_all(_as_raystream_error(error))
                 return
         for request in requests:
-            self._queue(request.topic, request.partition).pending.append(request)
+            queue = self._queue(request.topic, request.partition)
+            queue.pending.append(request)
+            queue.pending_bytes += request.size_bytes
         self._queued += len(requests)
 
     def _queue(self, topic: str, partition: int) -> _PartitionQueue:
@@ -408,12 +466,23 @@ class Sender(threading.Thread):
         return queue
 
     def _issue(self, now: float) -> None:
+        batch_size = self._config.batch_size
+        if self.transaction is not None:
+            self._add_to_transaction()
         for (topic, partition), queue in self._queues.items():
             if not (queue.pending or queue.retries) or now < queue.backoff_until:
                 continue
             if queue.resequence:
                 if queue.in_flight:
                     continue  # wait until no call under the old numbers can land
+                if self.transaction is not None:
+                    self._fail_queue(
+                        queue,
+                        InvalidTxnStateError(
+                            f"an earlier batch to {topic}-{partition} failed: abort the transaction"
+                        ),
+                    )
+                    continue
                 if not queue.restart_sequence():
                     self._fail_partition(queue, topic, partition)
                     continue
@@ -423,7 +492,10 @@ class Sender(threading.Thread):
                 if info is not None and partition < len(info.leaders)
                 else None
             )
-            while (queue.pending or queue.retries) and queue.in_flight < self._max_in_flight:
+            while queue.in_flight < self._max_in_flight and (
+                queue.retries
+                or (queue.pending and (not queue.in_flight or queue.pending_bytes >= batch_size))
+            ):
                 batch = self._next_batch(queue)
                 batch.attempts += 1
                 batch.sent_at = now
@@ -434,16 +506,27 @@ class Sender(threading.Thread):
                     self._retry_or_fail(batch, error, now)
                     break
                 try:
-                    ref = self._produce(leader, batch)
+                    future = self._produce(leader, batch)
                 except Exception as error:
                     self._retry_or_fail(batch, _ray_error(error, batch), now)
                     break
-                self._in_flight[ref] = batch
+                self._in_flight[future] = batch
+                future.add_done_callback(self._on_answer)
                 queue.in_flight += 1
                 if self._acks == 0:
                     batch.complete(-1)
-            if queue.pending and queue.in_flight >= self._max_in_flight:
+            if queue.pending and queue.in_flight:
                 self._prepare(queue.pending[0])
+
+    def _add_to_transaction(self) -> None:
+        """Add the partitions with batches waiting to the transaction (one call for the
+        new ones); if that fails, their batches fail with the error."""
+        waiting = [key for key, q in self._queues.items() if q.pending or q.retries]
+        error = self.transaction.add_partitions(waiting)
+        if error is not None:
+            for key in waiting:
+                if key not in self.transaction.partitions:
+                    self._fail_queue(self._queues[key], error)
 
     def _prepare(self, request: ProduceRequest) -> None:
         """Ship a large request's payload to the object store while its turn waits.
@@ -454,7 +537,7 @@ class Sender(threading.Thread):
         (they may still be merged with the ones queued behind them).
         """
         if request.prepared is None and request.size_bytes >= PREPARE_MIN_BYTES:
-            request.prepared = ray.put(request.payload())
+            request.prepared = ray.put(encode_records(self._encoder, request.payload()))
 
     def _next_batch(self, queue: _PartitionQueue) -> _Batch:
         """The batch to send next: the first one to retry, else a new one.
@@ -479,6 +562,7 @@ class Sender(threading.Thread):
             group.append(request)
             size += request.size_bytes
         self._queued -= len(group) - 1
+        queue.pending_bytes -= size
         batch = _Batch(group, next(self._order))
         if self.idempotent:
             if queue.producer_epoch < 0:  # queued before the producer id was known
@@ -489,17 +573,19 @@ class Sender(threading.Thread):
             queue.unacked[batch.order] = batch
         return batch
 
-    def _produce(self, leader: Any, batch: _Batch) -> Any:
+    def _produce(self, leader: Any, batch: _Batch) -> Future:
         config = self._config
-        return leader.produce.remote(
-            batch.build(),
+        batch.call = leader.produce.remote(
+            batch.build(self._encoder),
             self._acks,
             config.request_timeout_ms,
             config.compression_type,
             self.producer_id if self.idempotent else NO_PRODUCER_ID,
             batch.producer_epoch,
             batch.base_sequence,
+            self.transaction is not None,
         )
+        return batch.call.future()  # the ObjectRef must outlive its future: kept on the batch
 
     def _next_backoff(self, now: float) -> float | None:
         waits = [
@@ -513,24 +599,25 @@ class Sender(threading.Thread):
 
     # ------------------------------------------------------------------- answers
 
-    def _poll(self, timeout_s: float) -> None:
-        refs = list(self._in_flight)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
-        if not ready:
-            return
-        if len(refs) > 1:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        now = self._clock()
-        for ref in ready:
-            batch = self._in_flight.pop(ref, None)
-            if batch is None:
+    def _on_answer(self, future: Future) -> None:
+        """A call completed (runs on a Ray thread): queue it and wake the loop."""
+        with self._accumulator.lock:
+            self._answered.append(future)
+            self._accumulator.wakeup.notify()
+
+    def _take_answers(self, now: float) -> None:
+        with self._accumulator.lock:
+            answered, self._answered = self._answered, []
+        for future in answered:
+            batch = self._in_flight.pop(future, None)
+            if batch is None:  # abandoned after request_timeout_ms
                 continue
             queue = self._queues[(batch.topic, batch.partition)]
             queue.in_flight -= 1
             if self._acks == 0:  # completed when issued; errors are not reported
                 continue
             try:
-                response = ray.get(ref, timeout=0)
+                response = future.result()
             except Exception as error:
                 self._retry_or_fail(batch, _ray_error(error, batch), now)
                 continue
@@ -574,10 +661,16 @@ class Sender(threading.Thread):
 
     def _fail_partition(self, queue: _PartitionQueue, topic: str, partition: int) -> None:
         """The partition's epoch is exhausted: fail what waits (a new producer is needed)."""
-        error = OutOfOrderSequenceError(
-            f"{topic}-{partition}: the producer's epoch cannot be bumped past "
-            f"{MAX_PRODUCER_EPOCH} to restart its sequence; create a new producer"
+        self._fail_queue(
+            queue,
+            OutOfOrderSequenceError(
+                f"{topic}-{partition}: the producer's epoch cannot be bumped past "
+                f"{MAX_PRODUCER_EPOCH} to restart its sequence; create a new producer"
+            ),
         )
+
+    def _fail_queue(self, queue: _PartitionQueue, error: BaseException) -> None:
+        """Fail every batch and request waiting in ``queue``."""
         for batch in queue.retries:
             batch.fail(error)
         for request in queue.pending:
@@ -585,6 +678,7 @@ class Sender(threading.Thread):
         self._queued -= len(queue.retries) + len(queue.pending)
         queue.retries.clear()
         queue.pending.clear()
+        queue.pending_bytes = 0
         queue.unacked.clear()
 
     def _refresh_stale(self, now: float) -> None:
@@ -601,11 +695,11 @@ class Sender(threading.Thread):
     def _expire(self, now: float) -> None:
         config = self._config
         request_timeout_s = config.request_timeout_ms / 1000
-        for ref, batch in list(self._in_flight.items()):
+        for future, batch in list(self._in_flight.items()):
             if now - batch.sent_at >= request_timeout_s:
                 # Abandoned: the call may still land; an idempotent retry is then a
                 # duplicate the leader answers with the original offsets.
-                del self._in_flight[ref]
+                del self._in_flight[future]
                 self._queues[(batch.topic, batch.partition)].in_flight -= 1
                 if self._acks == 0:
                     continue
@@ -621,6 +715,7 @@ class Sender(threading.Thread):
                 for request in queue.pending:
                     if now - request.created >= delivery_timeout_s:
                         self._queued -= 1
+                        queue.pending_bytes -= request.size_bytes
                         request.fail(_expired_request(request, config.delivery_timeout_ms))
                     else:
                         keep.append(request)
@@ -642,11 +737,17 @@ class Sender(threading.Thread):
                 request.fail(error)
             queue.retries.clear()
             queue.pending.clear()
+            queue.pending_bytes = 0
             queue.unacked.clear()
             queue.in_flight = 0
         self._queued = 0
         for item in self._accumulator.take_all():
             item.result.fail_all(error)
+
+
+def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes:
+    """``batch`` as one self-contained Arrow IPC stream (what a produce call carries)."""
+    return b"".join(encoder.payload(batch, None))
 
 
 def _expired(batch: _Batch, delivery_timeout_ms: int) -> RaystreamTimeoutError:

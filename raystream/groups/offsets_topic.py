@@ -82,8 +82,15 @@ class GroupStore:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
 
-    def replay(self, table: pa.Table, now: float) -> None:
-        """Apply records read from the topic, in offset order."""
+    def replay(self, table: pa.Table, now: float, offsets_only: bool = False) -> None:
+        """Apply records read from the topic, in offset order.
+
+        With ``offsets_only`` (a running coordinator catching up on offsets that
+        transactions committed) membership records are left alone, since the live
+        groups are newer, and an offset older than the one held (by commit timestamp)
+        does not replace it: read_committed reading may return a commit the coordinator
+        wrote itself after a newer one it already applied.
+        """
         for key, value in zip(
             table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
         ):
@@ -95,9 +102,17 @@ class GroupStore:
                 committed = self.offsets.setdefault(group_id, {})
                 if value is None:
                     committed.pop(tp, None)
-                else:
-                    committed[tp] = OffsetAndMetadata(**json.loads(value))
-            elif kind == "group":
+                    continue
+                offset = OffsetAndMetadata(**json.loads(value))
+                held = committed.get(tp)
+                if (
+                    offsets_only
+                    and held is not None
+                    and held.commit_timestamp > offset.commit_timestamp
+                ):
+                    continue
+                committed[tp] = offset
+            elif kind == "group" and not offsets_only:
                 if value is None:
                     self.groups.pop(group_id, None)
                 else:

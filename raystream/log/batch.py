@@ -10,7 +10,7 @@ A stored batch is::
     17      4     crc                    (CRC32C of bytes 21..size)
     21      2     attributes             (codec bits 0-2, timestamp type bit 3,
                                           transactional bit 4, control bit 5,
-                                          explicit offsets bit 7)
+                                          commit bit 6, explicit offsets bit 7)
     23      4     last_offset_delta
     27      8     base_timestamp
     35      8     max_timestamp
@@ -27,6 +27,13 @@ The payload is a standard Arrow IPC stream, readable by any Arrow tool; per-batc
 compression (lz4, zstd) is Arrow's own. A compacted batch keeps its base offset and
 ``last_offset_delta`` but holds fewer rows; it carries the surviving rows' offsets in
 an extra ``__offset`` column and sets the explicit-offsets attribute.
+
+Transactions: a producer's batches inside a transaction set the transactional bit; the
+transaction coordinator ends it on every partition with a *marker*, a control batch of
+one record carrying the producer's id and epoch. Kafka tells a commit from an abort by
+the marker's record key; here the commit bit (6, only meaningful with the control bit)
+says it in the header too, so the producer state, which sees headers only (appends,
+copied batches, rebuilds), learns the outcome without decoding a payload.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ ATTR_CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_COMMIT = 0x40
 ATTR_EXPLICIT_OFFSETS = 0x80
 
 OFFSET_COLUMN = "offset"
@@ -110,6 +118,11 @@ class BatchHeader(NamedTuple):
     def is_control(self) -> bool:
         """Whether the batch is a transaction marker rather than data."""
         return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def is_commit(self) -> bool:
+        """Whether a control batch is a commit marker (else an abort marker)."""
+        return bool(self.attributes & ATTR_COMMIT)
 
     @property
     def has_explicit_offsets(self) -> bool:
@@ -178,12 +191,16 @@ not joined first, so its serialized body is not copied again before the page cac
 class BatchEncoder:
     """Encodes record batches as stored batches: a header, then an Arrow IPC stream.
 
+    Two steps, so a caller can work out header fields (the time range) between them,
+    while the batch's data is still in the CPU cache from serializing it:
+    :meth:`payload` serializes, :meth:`seal` puts the header with its CRC32C in front.
+
     Per distinct schema the schema message is serialized once. An uncompressed batch
     without dictionaries is then one ``RecordBatch.serialize()`` (a single C++ copy of
-    its buffers) and three pieces: header and schema message, batch message, end
-    marker. A codec or a dictionary-encoded column takes a stream writer per batch,
-    which compresses and carries the dictionary messages the batch refers to, so that
-    every payload decodes on its own.
+    its buffers) between the cached schema message and the end marker. A codec or a
+    dictionary-encoded column takes a stream writer per batch, which compresses and
+    carries the dictionary messages the batch refers to, so that every payload decodes
+    on its own.
 
     Not thread-safe: the owning :class:`~raystream.log.Log` serializes calls.
     """
@@ -193,10 +210,26 @@ class BatchEncoder:
         self._schema_message = b""
         self._has_dictionaries = False
 
-    def encode(
-        self,
-        batch: pa.RecordBatch,
-        compression: str | None,
+    def payload(self, batch: pa.RecordBatch, compression: str | None) -> list[Piece]:
+        """The pieces of ``batch``'s Arrow IPC stream (schema, batch, end of stream)."""
+        schema = batch.schema
+        if self._schema is None or not (
+            schema is self._schema or schema.equals(self._schema, check_metadata=True)
+        ):
+            self._schema_message = schema.serialize().to_pybytes()
+            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+            self._schema = schema
+        if compression is None and not self._has_dictionaries:
+            return [self._schema_message, batch.serialize(), END_OF_STREAM]
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression=compression)
+        with pa.ipc.new_stream(sink, schema, options=options) as writer:
+            writer.write_batch(batch)
+        return [sink.getvalue()]
+
+    @staticmethod
+    def seal(
+        payload: list[Piece],
         *,
         base_offset: int,
         partition_leader_epoch: int,
@@ -207,20 +240,13 @@ class BatchEncoder:
         producer_id: int,
         producer_epoch: int,
         base_sequence: int,
+        record_count: int,
     ) -> tuple[list[Piece], BatchHeader]:
-        """The stored batch's pieces (header first) and its header, with the CRC32C.
+        """The stored batch's pieces (header, then ``payload``) and its header.
 
-        The CRC runs over the covered header fields and the payload pieces as they
-        are, so no piece is copied to checksum it.
+        The CRC32C runs over the covered header fields and then the payload pieces as
+        they are, so no piece is copied to checksum it.
         """
-        schema = batch.schema
-        if self._schema is None or not (
-            schema is self._schema or schema.equals(self._schema, check_metadata=True)
-        ):
-            self._schema_message = schema.serialize().to_pybytes()
-            self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
-            self._schema = schema
-        record_count = batch.num_rows
         covered = _TAIL.pack(
             attributes,
             last_offset_delta,
@@ -231,19 +257,10 @@ class BatchEncoder:
             base_sequence,
             record_count,
         )
-        if compression is None and not self._has_dictionaries:
-            covered += self._schema_message
-            body: list[Piece] = [batch.serialize(), END_OF_STREAM]
-        else:
-            sink = pa.BufferOutputStream()
-            options = pa.ipc.IpcWriteOptions(compression=compression)
-            with pa.ipc.new_stream(sink, schema, options=options) as writer:
-                writer.write_batch(batch)
-            body = [sink.getvalue()]
         crc = crc32c.crc32c(covered)
-        for piece in body:
+        for piece in payload:
             crc = crc32c.crc32c(piece, value=crc)
-        size = CRC_START + len(covered) + payload_size(body)
+        size = HEADER_SIZE + payload_size(payload)
         header = BatchHeader(
             base_offset,
             size,
@@ -260,7 +277,7 @@ class BatchEncoder:
             record_count,
         )
         head = _HEAD.pack(base_offset, size, partition_leader_epoch, MAGIC, crc) + covered
-        return [head, *body], header
+        return [head, *payload], header
 
 
 def _has_dictionaries(data_type: pa.DataType) -> bool:
@@ -364,9 +381,8 @@ def rewrite_batch(
     if kept[0] != header.base_offset or kept[-1] - kept[0] + 1 != len(kept):
         data = data.append_column(EXPLICIT_OFFSET_COLUMN, pa.array(kept, pa.int64()))
         attributes |= ATTR_EXPLICIT_OFFSETS
-    return encoder.encode(
-        data,
-        header.compression,
+    return encoder.seal(
+        encoder.payload(data, header.compression),
         base_offset=header.base_offset,
         partition_leader_epoch=header.partition_leader_epoch,
         attributes=attributes,
@@ -376,4 +392,5 @@ def rewrite_batch(
         producer_id=header.producer_id,
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
+        record_count=len(kept),
     )

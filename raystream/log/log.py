@@ -33,6 +33,7 @@ from raystream.errors import (
 )
 from raystream.log import cleaner
 from raystream.log.batch import (
+    ATTR_COMMIT,
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
@@ -245,6 +246,7 @@ class Log:
         base_sequence: int = -1,
         is_transactional: bool = False,
         is_control: bool = False,
+        is_commit: bool = False,
         max_timestamp: int | None = None,
         compression: str | None = None,
     ) -> tuple[int, int]:
@@ -261,6 +263,7 @@ class Log:
             partition_leader_epoch: the leader epoch that accepted the batch.
             producer_id, producer_epoch, base_sequence: idempotent producer metadata.
             is_transactional, is_control: transaction flags.
+            is_commit: marks a control batch as a commit marker (else an abort).
             max_timestamp: overrides the batch's max timestamp.
             compression: "lz4", "zstd" or None, used when the topic's
                 ``compression.type`` is "producer".
@@ -278,23 +281,28 @@ class Log:
             now = self._clock()
             config = self._config
             facts = self._schema_facts(record_batch.schema)
-            attributes = (ATTR_TRANSACTIONAL if is_transactional else 0) | (
-                ATTR_CONTROL if is_control else 0
+            attributes = (
+                (ATTR_TRANSACTIONAL if is_transactional else 0)
+                | (ATTR_CONTROL if is_control else 0)
+                | (ATTR_COMMIT if is_control and is_commit else 0)
             )
-            if config.message_timestamp_type == "LogAppendTime":
+            append_time = config.message_timestamp_type == "LogAppendTime"
+            if append_time:
                 record_batch = _with_timestamp(record_batch, facts.timestamp_index, now)
                 attributes |= ATTR_LOG_APPEND_TIME
+            codec = self._codec(compression)
+            attributes |= CODECS[codec]
+            payload = self._encoder.payload(record_batch, codec)
+            # The time range after serializing: the batch's data is in the CPU cache now.
+            if append_time:
                 base_timestamp = max_timestamp = now
             else:
                 base_timestamp, batch_max = facts.timestamp_range(record_batch, now)
                 max_timestamp = batch_max if max_timestamp is None else max_timestamp
-            codec = self._codec(compression)
-            attributes |= CODECS[codec]
             count = record_batch.num_rows
             base_offset = self._segments[-1].next_offset
-            pieces, header = self._encoder.encode(
-                record_batch,
-                codec,
+            pieces, header = self._encoder.seal(
+                payload,
                 base_offset=base_offset,
                 partition_leader_epoch=partition_leader_epoch,
                 attributes=attributes,
@@ -304,6 +312,7 @@ class Log:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                record_count=count,
             )
             if header.size > config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -443,27 +452,50 @@ class Log:
             return result
 
     def read(
-        self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
     ) -> pa.Table:
         """Rows from ``start_offset`` on as a Table with an int64 ``offset`` column added.
 
         Stops at whole batches near ``max_bytes`` (always at least one batch), never
         returns offsets at or past ``max_offset`` (pass the high watermark), and stops
         where the schema changes, so one call returns one schema. An empty table (only
-        the ``offset`` column) means nothing is available yet.
+        the ``offset`` column) means nothing is available yet. Control batches
+        (transaction markers) are never returned as data, nor batches ``skip(header)``
+        is true for (a read_committed fetch skips aborted transactions).
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or past the end.
             CorruptRecordError: a batch fails its checksum.
         """
+        return self.read_until(start_offset, max_bytes, max_offset, skip)[0]
+
+    def read_until(
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
+    ) -> tuple[pa.Table, int]:
+        """:meth:`read`, and the offset right after the last batch it examined.
+
+        Skipped batches return no rows, so the rows alone do not say how far a read
+        got: a reader continues from the returned offset, not from its last row's
+        (else a reader standing at a marker would read it forever). Skipped batches
+        cost a header check each, not a decode; the read goes on past them (up to
+        ``max_bytes`` of them per round) until it finds rows or the end.
+        """
         while True:
             stored = self.read_batches(start_offset, max_bytes, max_offset)
             limit = self.log_end_offset if max_offset is None else max_offset
-            table = self.to_table(stored, start_offset, limit)
+            table, next_offset = decode_stored(self._decoder, stored, start_offset, limit, skip)
             if table.num_rows or not stored:
-                return table
-            # Compaction left the first batch no row from start_offset on: skip past it.
-            start_offset = stored[0].header.next_offset
+                return table, max(next_offset, start_offset)
+            # Nothing readable in these batches (skipped, or compacted away): go on.
+            start_offset = next_offset
 
     def read_raw(
         self, start_offset: int, max_bytes: int = 1 << 20, max_offset: int | None = None
@@ -473,19 +505,28 @@ class Log:
         What a leader sends a follower: whole checksum-checked batches, headers
         included, zero-copy slices of the segments (one per segment spanned).
         """
-        runs: list[pa.Buffer] = []
-        start = end = -1
-        buffer = None
-        for item in self.read_batches(start_offset, max_bytes, max_offset):
-            if item.buffer is buffer and item.position == end:
-                end += item.header.size
-                continue
-            if buffer is not None:
-                runs.append(buffer.slice(start, end - start))
-            buffer, start, end = item.buffer, item.position, item.position + item.header.size
-        if buffer is not None:
-            runs.append(buffer.slice(start, end - start))
-        return runs
+        return _runs(self.read_batches(start_offset, max_bytes, max_offset))
+
+    def read_raw_until(
+        self,
+        start_offset: int,
+        max_bytes: int = 1 << 20,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
+    ) -> tuple[list[pa.Buffer], int]:
+        """:meth:`read_raw` leaving out the batches ``skip`` names, and the offset right
+        after the last batch examined (what a consumer fetch sends: the reader goes on
+        from there, past batches it must not see, such as markers)."""
+        limit = self.log_end_offset if max_offset is None else max_offset
+        while True:
+            stored = self.read_batches(start_offset, max_bytes, max_offset)
+            if not stored:
+                return [], start_offset
+            examined = max(min(stored[-1].header.next_offset, limit), start_offset)
+            kept = stored if skip is None else [b for b in stored if not skip(b.header)]
+            if kept:
+                return _runs(kept), examined
+            start_offset = examined  # nothing to send in these: go on past them
 
     def batch_headers(self, start_offset: int) -> list[BatchHeader]:
         """Headers of the batches from the one holding ``start_offset`` on, in log order.
@@ -581,53 +622,7 @@ class Log:
 
     def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
         """Decode stored batches into one Table of rows in [start_offset, limit)."""
-        batches: list[pa.RecordBatch] = []
-        ranges: list[np.ndarray | tuple[int, int]] = []
-        schema: pa.Schema | None = None
-        contiguous = True
-        next_offset = -1
-        for item in stored:
-            header = item.header
-            batch_schema, decoded = self._decoder.decode_with_schema(item.payload)
-            if header.has_explicit_offsets:
-                rows = batch_offsets(header, decoded)
-                decoded = user_columns(header, decoded)
-                batch_schema = decoded.schema
-            if schema is None:
-                schema = batch_schema
-            elif batch_schema is not schema and not batch_schema.equals(schema):
-                break
-            count = decoded.num_rows
-            if header.has_explicit_offsets:
-                lo = int(np.searchsorted(rows, start_offset))
-                hi = int(np.searchsorted(rows, limit))
-                rows = rows[lo:hi]
-                contiguous = False
-            else:
-                base = header.base_offset
-                lo = max(start_offset - base, 0)
-                hi = min(limit - base, count)
-                rows = (base + lo, base + hi)
-                if next_offset >= 0 and base + lo != next_offset:
-                    contiguous = False
-                next_offset = base + hi
-            if hi <= lo:
-                continue
-            if lo or hi < count:
-                decoded = decoded.slice(lo, hi - lo)
-            batches.append(decoded)
-            ranges.append(rows)
-        if not batches:
-            return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())})
-        table = pa.Table.from_batches(batches)
-        if contiguous:
-            first = ranges[0][0]
-            column = np.arange(first, first + table.num_rows, dtype=np.int64)
-        else:
-            column = np.concatenate(
-                [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
-            )
-        return table.append_column(OFFSET_COLUMN, pa.array(column))
+        return stored_to_table(self._decoder, stored, start_offset, limit)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None.
@@ -920,6 +915,9 @@ class _SchemaFacts(NamedTuple):
     timestamp_unit: str | None
     """How the column holds time: "int" (ms), an Arrow timestamp unit, or None when the
     column is absent or of another type (then the append time stands in)."""
+    timestamp_dtype: np.dtype | None
+    """The numpy type of the column's values when they are milliseconds as stored (an
+    integer or a timestamp[ms] column), so they are read in place; else None."""
 
     @classmethod
     def of(cls, schema: pa.Schema) -> _SchemaFacts:
@@ -932,14 +930,20 @@ class _SchemaFacts(NamedTuple):
         for name in (OFFSET_COLUMN, EXPLICIT_OFFSET_COLUMN):
             if name in names:
                 raise InvalidRecordError(f"column name {name!r} is reserved by the log")
-        return cls(schema, *_timestamp_column(schema))
+        index, unit = _timestamp_column(schema)
+        dtype = None
+        if unit == "int":
+            dtype = np.dtype(schema.field(index).type.to_pandas_dtype())
+        elif unit == "ms":
+            dtype = np.dtype(np.int64)
+        return cls(schema, index, unit, dtype)
 
     def timestamp_range(self, batch: pa.RecordBatch, now: int) -> tuple[int, int]:
         """(min, max) of the batch's ``timestamp`` column in ms, or (now, now) without one.
 
-        Two numpy reductions over a zero-copy view: a C-speed pass each, and cheaper for
-        a batch of a thousand rows than one Arrow compute kernel call (whose dispatch
-        costs more than the pass).
+        Two numpy reductions over the column's values buffer, read in place: per batch
+        of a thousand rows that costs less than ``to_numpy`` or an Arrow compute kernel,
+        whose dispatch outweighs the pass itself.
         """
         unit = self.timestamp_unit
         if unit is None:
@@ -949,7 +953,13 @@ class _SchemaFacts(NamedTuple):
             column = column.drop_null()
             if not len(column):
                 return now, now
-        values = column.to_numpy() if unit == "int" else _millis(column, unit)
+        dtype = self.timestamp_dtype
+        if dtype is None:  # seconds, micro- or nanoseconds
+            milliseconds = pc.cast(column, pa.timestamp("ms"), safe=False)
+            values = milliseconds.to_numpy().view(np.int64)
+        else:
+            data = column.buffers()[1]
+            values = np.frombuffer(data, dtype, len(column), column.offset * dtype.itemsize)
         return int(_MIN(values)), int(_MAX(values))
 
 
@@ -971,11 +981,112 @@ _MAX = np.maximum.reduce
 """The reductions themselves, without ndarray.min/max's Python-level wrappers."""
 
 
-def _millis(column: pa.Array, unit: str) -> np.ndarray:
-    """A null-free Arrow timestamp column of ``unit`` as int64 milliseconds."""
-    if unit != "ms":
-        column = pc.cast(column, pa.timestamp("ms"), safe=False)
-    return column.to_numpy().view(np.int64)
+def stored_to_table(
+    decoder: PayloadDecoder, stored: list[StoredBatch], start_offset: int, limit: int
+) -> pa.Table:
+    """Decode stored batches into one Table of rows in [start_offset, limit), plus ``offset``.
+
+    Zero-copy: the table's buffers are views of the batches' bytes. Stops where the
+    schema changes, so the table has one schema; a table without rows has only the
+    ``offset`` column. Transaction markers are never rows. Used by reads and by
+    consumers decoding fetched batches.
+    """
+    return decode_stored(decoder, stored, start_offset, limit)[0]
+
+
+def decode_stored(
+    decoder: PayloadDecoder,
+    stored: list[StoredBatch],
+    start_offset: int,
+    limit: int,
+    skip: Callable[[BatchHeader], bool] | None = None,
+) -> tuple[pa.Table, int]:
+    """:func:`stored_to_table`, skipping markers and the batches ``skip`` names, and the
+    offset after the last batch taken in (or skipped)."""
+    batches: list[pa.RecordBatch] = []
+    ranges: list[np.ndarray | tuple[int, int]] = []
+    schema: pa.Schema | None = None
+    contiguous = True
+    next_offset = -1
+    examined = start_offset
+    for item in stored:
+        header = item.header
+        if header.is_control or (skip is not None and skip(header)):
+            examined = min(header.next_offset, limit)
+            continue
+        batch_schema, decoded = decoder.decode_with_schema(item.payload)
+        if header.has_explicit_offsets:
+            rows = batch_offsets(header, decoded)
+            decoded = user_columns(header, decoded)
+            batch_schema = decoded.schema
+        if schema is None:
+            schema = batch_schema
+        elif batch_schema is not schema and not batch_schema.equals(schema):
+            break
+        examined = min(header.next_offset, limit)
+        count = decoded.num_rows
+        if header.has_explicit_offsets:
+            lo = int(np.searchsorted(rows, start_offset))
+            hi = int(np.searchsorted(rows, limit))
+            rows = rows[lo:hi]
+            contiguous = False
+        else:
+            base = header.base_offset
+            lo = max(start_offset - base, 0)
+            hi = min(limit - base, count)
+            rows = (base + lo, base + hi)
+            if next_offset >= 0 and base + lo != next_offset:
+                contiguous = False
+            next_offset = base + hi
+        if hi <= lo:
+            continue
+        if lo or hi < count:
+            decoded = decoded.slice(lo, hi - lo)
+        batches.append(decoded)
+        ranges.append(rows)
+    if not batches:
+        return pa.table({OFFSET_COLUMN: pa.array([], pa.int64())}), examined
+    table = pa.Table.from_batches(batches)
+    if contiguous:
+        first = ranges[0][0]
+        column = np.arange(first, first + table.num_rows, dtype=np.int64)
+    else:
+        column = np.concatenate(
+            [r if isinstance(r, np.ndarray) else np.arange(*r, dtype=np.int64) for r in ranges]
+        )
+    return table.append_column(OFFSET_COLUMN, pa.array(column)), examined
+
+
+def _runs(stored: list[StoredBatch]) -> list[pa.Buffer]:
+    """Stored batches as few contiguous byte ranges (one per stretch of one segment)."""
+    runs: list[pa.Buffer] = []
+    start = end = -1
+    buffer = None
+    for item in stored:
+        if item.buffer is buffer and item.position == end:
+            end += item.header.size
+            continue
+        if buffer is not None:
+            runs.append(buffer.slice(start, end - start))
+        buffer, start, end = item.buffer, item.position, item.position + item.header.size
+    if buffer is not None:
+        runs.append(buffer.slice(start, end - start))
+    return runs
+
+
+def stored_batches(data: pa.Buffer) -> list[StoredBatch]:
+    """The stored batches laid end to end in ``data`` (as a fetch carries them).
+
+    Raises:
+        CorruptRecordError: a header is malformed.
+    """
+    batches = []
+    position = 0
+    while position < data.size:
+        header = parse_header(data, position, data.size, "fetched data")
+        batches.append(StoredBatch(header, data, position))
+        position += header.size
+    return batches
 
 
 def _single_batch(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:

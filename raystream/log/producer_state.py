@@ -30,10 +30,19 @@ batches after it, not from a scan of the whole log.
 
 Sequences are int32 and wrap to 0 after 2**31 - 1, as in Kafka.
 
-Transactions will add, per producer, the first offset of its ongoing transaction and
-the coordinator epoch, and the manager will keep the ongoing transactions ordered by
-first offset (the last stable offset) and the aborted-transaction index; the entry and
-snapshot formats are versioned for that.
+Transactions: a producer's first transactional batch opens its transaction on the
+partition (the entry keeps the transaction's first offset); a marker (a control batch,
+commit or abort, written by the transaction coordinator) closes it. The smallest first
+offset of the open transactions is the *first unstable offset*: a read_committed
+consumer reads below ``min(high watermark, first unstable offset)``, the last stable
+offset. An abort marker adds ``(producer id, first offset, marker offset)`` to the
+*aborted-transaction index*, which a read_committed fetch asks for the aborted
+transactions overlapping the offsets it reads (no scan of the log), so it can skip
+their batches. A marker whose epoch is newer than the producer's fences the older epoch
+on this partition (the coordinator aborts a fenced or timed-out producer's transaction
+with its bumped epoch), and a marker from an older coordinator epoch than one seen is
+refused. Both the open transactions and the index are saved in snapshots (version 2)
+and rebuilt from the batch headers after them, like the rest.
 
 Example:
     >>> state = ProducerStateManager()
@@ -49,12 +58,13 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import enum
 import json
 import os
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import crc32c
@@ -63,6 +73,7 @@ from raystream.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     RaystreamError,
+    TransactionCoordinatorFencedError,
 )
 from raystream.log.batch import BatchHeader
 from raystream.log.checkpoint import write_atomically
@@ -74,11 +85,16 @@ BATCHES_TO_RETAIN = 5
 partition, so any retry of an unanswered batch is recognised."""
 SEQUENCE_LIMIT = 1 << 31
 """Sequences run over [0, 2**31) and wrap."""
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
+"""Epochs are int16, as in Kafka."""
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_TO_KEEP = 2
 """The newest and one older snapshot: a follower truncating below the newest one still
 starts from a snapshot."""
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""Version 2 added the open transactions' first offsets, the coordinator epochs and the
+aborted-transaction index; an older snapshot is ignored (the state is rebuilt from the
+log's batch headers instead)."""
 
 
 def next_sequence(sequence: int, count: int = 1) -> int:
@@ -113,6 +129,10 @@ class ProducerEntry:
     producer_epoch: int
     last_timestamp: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_TO_RETAIN))
+    current_txn_first_offset: int = -1
+    """First offset of the producer's open transaction on the partition, or -1."""
+    coordinator_epoch: int = -1
+    """The newest transaction coordinator epoch whose marker the partition took."""
 
     @property
     def last_seq(self) -> int:
@@ -125,6 +145,16 @@ class ProducerEntry:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
                 return batch
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction on the partition: its producer, its first offset there and
+    the offset of its abort marker (the transaction's batches lie in between)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
 
 
 class Verdict(enum.Enum):
@@ -179,6 +209,13 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
+        self.ongoing: dict[int, int] = {}
+        """Producer id -> first offset of its open transaction."""
+        self.aborted: list[AbortedTxn] = []
+        """The aborted-transaction index, in marker (``last_offset``) order."""
+        self._min_first: list[int] = []
+        """``_min_first[i]``: the smallest ``first_offset`` of ``aborted[i:]`` (see
+        :meth:`aborted_between`)."""
         self._dirty = False
 
     # ---------------------------------------------------------------- rules
@@ -232,25 +269,159 @@ class ProducerStateManager:
         first_offset: int,
         last_offset: int,
         timestamp: int,
+        transactional: bool = False,
     ) -> None:
-        """Take in a batch written at first_offset..last_offset (leader or follower)."""
+        """Take in a batch written at first_offset..last_offset (leader or follower);
+        a ``transactional`` one opens its producer's transaction if none is open."""
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
         if producer_id == NO_PRODUCER_ID:
             return
         entry = self.producers.get(producer_id)
-        if entry is None or producer_epoch > entry.producer_epoch:
-            entry = ProducerEntry(producer_id, producer_epoch, timestamp)
-            self.producers[producer_id] = entry
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(
+                producer_id, producer_epoch, timestamp
+            )
+        elif producer_epoch > entry.producer_epoch:
+            entry.producer_epoch = producer_epoch
+            entry.batches.clear()
         elif producer_epoch < entry.producer_epoch:
             return  # an older epoch's batch in a replicated log: nothing to learn
         entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+            self.ongoing[producer_id] = first_offset
         self._dirty = True
+
+    # ---------------------------------------------------------- transactions
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a marker the partition must not take (the leader asks before writing).
+
+        Raises:
+            InvalidProducerEpochError: the producer's epoch here is newer than the marker's.
+            TransactionCoordinatorFencedError: a newer coordinator wrote a marker already.
+        """
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} epoch {producer_epoch} is older than "
+                f"the producer's epoch {entry.producer_epoch}"
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker for producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}"
+            )
+
+    def complete_txn(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        marker_offset: int,
+        timestamp: int,
+        coordinator_epoch: int = -1,
+    ) -> None:
+        """Take in a marker written at ``marker_offset``: close the producer's open
+        transaction (an abort enters the aborted index) and adopt a newer epoch."""
+        self.map_end_offset = max(self.map_end_offset, marker_offset + 1)
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerEntry(
+                producer_id, producer_epoch, timestamp
+            )
+        elif producer_epoch > entry.producer_epoch:
+            entry.producer_epoch = producer_epoch  # fences the older epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first = entry.current_txn_first_offset
+        if first >= 0:
+            if not commit:
+                self._add_aborted(AbortedTxn(producer_id, first, marker_offset))
+            entry.current_txn_first_offset = -1
+            self.ongoing.pop(producer_id, None)
+        self._dirty = True
+
+    def _add_aborted(self, txn: AbortedTxn) -> None:
+        self.aborted.append(txn)
+        self._min_first.append(txn.first_offset)
+        i = len(self._min_first) - 2
+        while i >= 0 and self._min_first[i] > txn.first_offset:  # usually no step
+            self._min_first[i] = txn.first_offset
+            i -= 1
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None when none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """Where read_committed reading stops: below the high watermark and every open
+        transaction."""
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(high_watermark, first)
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping offsets [start, end).
+
+        The index is in marker order, so the transactions ending at or after ``start``
+        are a suffix found by bisection; among them, the walk stops where no later
+        transaction starts before ``end`` (``_min_first``, the suffix minima of first
+        offsets, tells), so a fetch looks only at transactions near what it reads.
+        """
+        lo = bisect.bisect_left(self.aborted, start, key=lambda t: t.last_offset)
+        found = []
+        for i in range(lo, len(self.aborted)):
+            if self._min_first[i] >= end:
+                break
+            txn = self.aborted[i]
+            if txn.first_offset < end:
+                found.append(txn)
+        return found
+
+    def aborted_filter(self, start: int, end: int) -> Callable[[BatchHeader], bool] | None:
+        """A ``skip(header)`` predicate for batches of aborted transactions in
+        [start, end), or None when none overlaps."""
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in self.aborted_between(start, end):
+            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        if not ranges:
+            return None
+
+        def skip(header: BatchHeader) -> bool:
+            spans = ranges.get(header.producer_id) if header.is_transactional else None
+            return spans is not None and any(
+                first <= header.base_offset <= last for first, last in spans
+            )
+
+        return skip
+
+    def prune_aborted(self, log_start_offset: int) -> None:
+        """Forget aborted transactions whose marker lies below the log start."""
+        drop = bisect.bisect_left(self.aborted, log_start_offset, key=lambda t: t.last_offset)
+        if drop:
+            del self.aborted[:drop]
+            del self._min_first[:drop]
+            self._dirty = True
 
     def apply(self, header: BatchHeader) -> None:
         """Take in a stored batch from its header (copied batches, rebuilding)."""
-        if header.producer_id == NO_PRODUCER_ID or header.is_control:
+        if header.producer_id == NO_PRODUCER_ID:
             self.map_end_offset = max(self.map_end_offset, header.next_offset)
+            return
+        if header.is_control:
+            # The coordinator epoch travels in the marker's value, not its header: a
+            # replica rebuilding from headers keeps the epochs its snapshot had.
+            self.complete_txn(
+                header.producer_id,
+                header.producer_epoch,
+                header.is_commit,
+                header.base_offset,
+                header.max_timestamp,
+            )
             return
         self.append(
             header.producer_id,
@@ -260,6 +431,7 @@ class ProducerStateManager:
             header.base_offset,
             header.last_offset,
             header.max_timestamp,
+            header.is_transactional,
         )
 
     def apply_all(self, headers: Iterable[BatchHeader]) -> None:
@@ -286,6 +458,7 @@ class ProducerStateManager:
                 "version": SNAPSHOT_VERSION,
                 "offset": self.map_end_offset,
                 "producers": [_snapshot_row(e) for e in self.producers.values()],
+                "aborted": [[t.producer_id, t.first_offset, t.last_offset] for t in self.aborted],
             },
             separators=(",", ":"),
         )
@@ -325,28 +498,41 @@ class ProducerStateManager:
         snapshot's offset, or the log start when there is no usable snapshot), after
         which :meth:`apply_all` brings the state up to date.
         """
-        self.producers = {}
-        self._dirty = False
+        self._reset({}, [])
         for offset in reversed(self.snapshot_offsets()):
             path = os.path.join(self.directory or "", snapshot_file_name(offset))
             if offset > log_end_offset:
                 _remove(path)
                 continue
-            producers = _read_snapshot(path)
-            if producers is None:
+            loaded = _read_snapshot(path)
+            if loaded is None:
                 _remove(path)
                 continue
-            self.producers = producers
+            self._reset(*loaded)
+            self.prune_aborted(log_start_offset)
+            self._dirty = False
             self.map_end_offset = max(offset, log_start_offset)
             return self.map_end_offset
         self.map_end_offset = log_start_offset
         return log_start_offset
 
+    def _reset(self, producers: dict[int, ProducerEntry], aborted: list[AbortedTxn]) -> None:
+        self.producers = producers
+        self.ongoing = {
+            e.producer_id: e.current_txn_first_offset
+            for e in producers.values()
+            if e.current_txn_first_offset >= 0
+        }
+        self.aborted = []
+        self._min_first = []
+        for txn in aborted:
+            self._add_aborted(txn)
+        self._dirty = False
+
     def clear(self, offset: int) -> None:
         """Forget every producer and snapshot (the log restarts empty at ``offset``)."""
-        self.producers = {}
+        self._reset({}, [])
         self.map_end_offset = offset
-        self._dirty = False
         for old in self.snapshot_offsets():
             _remove(os.path.join(self.directory or "", snapshot_file_name(old)))
 
@@ -358,11 +544,19 @@ def snapshot_file_name(offset: int) -> str:
 
 def _snapshot_row(entry: ProducerEntry) -> list:
     batches = [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in entry.batches]
-    return [entry.producer_id, entry.producer_epoch, entry.last_timestamp, batches]
+    return [
+        entry.producer_id,
+        entry.producer_epoch,
+        entry.last_timestamp,
+        batches,
+        entry.current_txn_first_offset,
+        entry.coordinator_epoch,
+    ]
 
 
-def _read_snapshot(path: str) -> dict[int, ProducerEntry] | None:
-    """The producers in a snapshot file, or None when it is unreadable or corrupt."""
+def _read_snapshot(path: str) -> tuple[dict[int, ProducerEntry], list[AbortedTxn]] | None:
+    """The producers and aborted transactions in a snapshot file, or None when it is
+    unreadable, corrupt or of another version."""
     try:
         with open(path) as f:
             crc, body = f.read().split("\n", 1)
@@ -373,11 +567,15 @@ def _read_snapshot(path: str) -> dict[int, ProducerEntry] | None:
         if data["version"] != SNAPSHOT_VERSION:
             return None
         producers = {}
-        for producer_id, epoch, timestamp, batches in data["producers"]:
+        for producer_id, epoch, timestamp, batches, txn_first, coordinator_epoch in data[
+            "producers"
+        ]:
             entry = ProducerEntry(producer_id, epoch, timestamp)
             entry.batches.extend(BatchMetadata(*b) for b in batches)
+            entry.current_txn_first_offset = txn_first
+            entry.coordinator_epoch = coordinator_epoch
             producers[producer_id] = entry
-        return producers
+        return producers, [AbortedTxn(*t) for t in data["aborted"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -389,7 +587,9 @@ def _remove(path: str) -> None:
 
 __all__ = [
     "BATCHES_TO_RETAIN",
+    "MAX_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
+    "AbortedTxn",
     "AppendCheck",
     "BatchMetadata",
     "ProducerEntry",

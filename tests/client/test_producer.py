@@ -24,12 +24,12 @@ from raystream.errors import (
     InvalidConfigError,
     InvalidRecordError,
     InvalidRequestError,
+    InvalidTxnStateError,
     LeaderNotAvailableError,
     NotLeaderError,
     RaystreamTimeoutError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
-    UnsupportedError,
 )
 from raystream.types import RecordMetadata
 
@@ -123,12 +123,14 @@ def test_bad_options_are_refused_naming_key_and_value(
         Producer(cluster=object(), **{option: value})
 
 
-def test_transactions_are_refused_clearly() -> None:
-    with pytest.raises(UnsupportedError, match=r"transactional_id=.tx.*not supported"):
-        Producer(cluster=object(), transactional_id="tx")
+def test_a_transactional_producer_sends_only_inside_a_transaction() -> None:
+    producer = Producer(cluster=object(), transactional_id="tx")
+    with pytest.raises(InvalidTxnStateError, match=r"not allowed in state UNINITIALIZED"):
+        producer.send("topic", b"x")
+    producer.close()
 
 
-def test_transaction_methods_say_they_are_not_supported(producers) -> None:
+def test_transaction_methods_need_a_transactional_producer(producers) -> None:
     producer = producers()
     for call in (
         producer.init_transactions,
@@ -136,9 +138,9 @@ def test_transaction_methods_say_they_are_not_supported(producers) -> None:
         producer.commit_transaction,
         producer.abort_transaction,
     ):
-        with pytest.raises(UnsupportedError, match="transactions are not supported"):
+        with pytest.raises(InvalidTxnStateError, match="transactional_id"):
             call()
-    with pytest.raises(UnsupportedError):
+    with pytest.raises(InvalidTxnStateError):
         producer.send_offsets_to_transaction({}, "group")
 
 

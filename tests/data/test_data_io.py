@@ -170,7 +170,7 @@ def test_iter_topic_follows_the_live_end(
 ) -> None:
     topic = make_topic(partitions=2)
     produce(shared_cluster, topic, 50)
-    batches = rs.data.iter_topic(shared_cluster, topic, batch_size=40, idle_timeout_ms=3000)
+    batches = rs.data.iter_topic(shared_cluster, topic, batch_size=40, idle_timeout_ms=15_000)
     first = next(batches)
     assert 0 < first.num_rows <= 40
 

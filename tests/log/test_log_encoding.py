@@ -69,7 +69,9 @@ def test_payload_is_a_standard_arrow_ipc_stream(make_log, codec, kind):
 @pytest.mark.parametrize("codec", [None, "zstd"])
 def test_encoded_pieces_are_header_and_payload_with_a_valid_crc(codec):
     original = big_batch()
-    pieces, header = BatchEncoder().encode(original, codec, **ENCODE_FIELDS)
+    encoder = BatchEncoder()
+    fields = ENCODE_FIELDS | {"record_count": original.num_rows}
+    pieces, header = encoder.seal(encoder.payload(original, codec), **fields)
     assert header.size == sum(map(len, pieces))
     assert header.record_count == original.num_rows
     stored = pa.py_buffer(b"".join(bytes(p) for p in pieces))
@@ -114,6 +116,23 @@ def test_timestamp_column_is_found_again_when_the_schema_changes(make_log):
         (START + 7, START + 9),
         (START, START),  # no timestamp column: the (fake) append time
     ]
+
+
+@pytest.mark.parametrize(
+    "data_type",
+    [pa.int64(), pa.int32(), pa.uint64(), pa.timestamp("ms"), pa.timestamp("s", tz="UTC")],
+)
+def test_time_range_of_a_sliced_batch_covers_only_its_rows(make_log, data_type):
+    unit = 1000 if data_type == pa.timestamp("s", tz="UTC") else 1
+    times = [9_000, 1_000, 5_000, 3_000, 4_000, 8_000, 2_000]
+    column = pa.array([t // unit for t in times], pa.int64()).cast(data_type)
+    whole = pa.record_batch({"value": list("abcdefg"), "timestamp": column})
+    log = make_log()
+    log.append(whole.slice(2, 3))  # 5000, 3000, 4000
+    log.append(whole.slice(4, 3).filter(pa.array([True, False, True])))  # 4000, 2000
+    first, second = (s.header for s in log.read_batches(0))
+    assert (first.base_timestamp, first.max_timestamp) == (3_000, 5_000)
+    assert (second.base_timestamp, second.max_timestamp) == (2_000, 4_000)
 
 
 def test_null_timestamps_are_left_out_of_the_time_range(make_log):

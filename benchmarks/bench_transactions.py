@@ -1,0 +1,179 @@
+"""Transactions benchmark: what exactly-once costs, measured against the same work without it.
+
+Measures, with 100-byte values and replication factor 1, in one run:
+
+- producer throughput (``send()`` per record) in transactions of 100, 1,000 and
+  10,000 records (begin, sends, commit), next to the same producer settings without
+  transactions (idempotent, acks=all, one flush at the end);
+- consume-transform-produce throughput: a consumer-group consumer polls up to N
+  records, the transform passes the values on with ``send_batch()``, and either
+  commits its offsets (at-least-once) or puts output and offsets in one transaction
+  (exactly-once, read_committed input), for N = 100, 1,000 and 10,000;
+
+and the ratio transactional / plain for each. Target: exactly-once at >= 70% of
+at-least-once with transactions of 10,000 records.
+
+Run:  python -m benchmarks.bench_transactions [--records 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import platform
+import shutil
+import tempfile
+import time
+
+import psutil
+import pyarrow as pa
+import ray
+
+import raystream as rs
+from raystream.types import TopicPartition
+
+VALUE = b"v" * 100
+SIZES = (100, 1_000, 10_000)
+_names = itertools.count()
+
+
+def produce(cluster: rs.Cluster, topic: str, records: int, txn_size: int | None) -> float:
+    """Records/s of send() per record, in transactions of ``txn_size`` (None: none)."""
+    config = {"acks": "all", "linger_ms": 5, "batch_size": 1 << 20}
+    if txn_size is not None:
+        config["transactional_id"] = f"bench-{next(_names)}"
+    producer = cluster.producer(**config)
+    if txn_size is not None:
+        producer.init_transactions()
+    send = producer.send
+    start = time.perf_counter()
+    if txn_size is None:
+        for _ in range(records):
+            send(topic, VALUE)
+        producer.flush()
+    else:
+        for _ in range(records // txn_size):
+            producer.begin_transaction()
+            for _ in range(txn_size):
+                send(topic, VALUE)
+            producer.commit_transaction()
+    seconds = time.perf_counter() - start
+    producer.close()
+    return records // (txn_size or 1) * (txn_size or 1) / seconds
+
+
+def fill(cluster: rs.Cluster, topic: str, records: int) -> None:
+    """Write the input of the consume-transform-produce runs."""
+    rows = 100_000
+    with cluster.producer(acks=1) as producer:
+        for start in range(0, records, rows):
+            count = min(rows, records - start)
+            producer.send_batch(topic, pa.table({"value": pa.array([VALUE] * count)}))
+
+
+def transform(
+    cluster: rs.Cluster, source: str, records: int, batch: int, exactly_once: bool
+) -> float:
+    """Records/s of consume-transform-produce over ``records`` input records, ``batch``
+    records (one transaction, or one offset commit) at a time."""
+    sink = f"sink-{next(_names)}"
+    cluster.admin().create_topic(sink)
+    group = f"group-{next(_names)}"
+    consumer = cluster.consumer(
+        source,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=batch,
+        max_partition_fetch_bytes=16 << 20,
+        isolation_level="read_committed" if exactly_once else "read_uncommitted",
+    )
+    config = {"acks": "all", "linger_ms": 0}
+    if exactly_once:
+        config["transactional_id"] = f"bench-ctp-{next(_names)}"
+    producer = cluster.producer(**config)
+    if exactly_once:
+        producer.init_transactions()
+    tp = TopicPartition(source, 0)
+    seen = 0
+    start = time.perf_counter()
+    while seen < records:
+        table = consumer.poll_arrow(timeout_ms=1000)
+        if not table.num_rows:
+            continue
+        output = pa.table({"key": table.column("key"), "value": table.column("value")})
+        if exactly_once:
+            producer.begin_transaction()
+            producer.send_batch(sink, output)
+            producer.send_offsets_to_transaction(
+                {tp: consumer.position(tp)}, consumer.group_metadata()
+            )
+            producer.commit_transaction()
+        else:
+            producer.send_batch(sink, output)
+            consumer.commit()
+        seen += table.num_rows
+    seconds = time.perf_counter() - start
+    producer.close()
+    consumer.close(autocommit=False)
+    return seen / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=200_000)
+    args = parser.parse_args()
+    n = args.records
+    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
+    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
+    try:
+        cluster = rs.connect(namespace="bench-txn", data_dir=data_dir)
+        admin = cluster.admin()
+        admin.create_topic("input")
+        fill(cluster, "input", n)
+        produced: dict[str, float] = {}
+        for name in ("plain", *SIZES):
+            topic = f"produce-{name}"
+            admin.create_topic(topic)
+            records = min(n, 200 * name) if isinstance(name, int) else n
+            produced[name] = produce(cluster, topic, records, name if name != "plain" else None)
+        pipelines = {}
+        for size in SIZES:
+            records = min(n, 200 * size)
+            # Each run reads the input from the start in a new group.
+            pipelines[size] = (
+                transform(cluster, "input", records, size, exactly_once=False),
+                transform(cluster, "input", records, size, exactly_once=True),
+            )
+        cluster.shutdown()
+    finally:
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    print(
+        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    )
+    print(f"up to {n:,} records of 100 bytes, replication factor 1, acks=all\n")
+    plain = produced["plain"]
+    print(f"{'producer, send() per record':<44} {'records/s':>12} {'vs plain':>9}")
+    print(f"{'  no transactions (idempotent)':<44} {plain:>12,.0f}")
+    for size in SIZES:
+        line = f"  transactions of {size:,} records"
+        print(f"{line:<44} {produced[size]:>12,.0f} {produced[size] / plain:>8.0%}")
+    print(
+        f"\n{'consume-transform-produce, batch = txn':<44} {'at-least-once':>14} "
+        f"{'exactly-once':>13} {'ratio':>7}"
+    )
+    for size, (alo, eos) in pipelines.items():
+        line = f"  {size:,} records per batch"
+        print(f"{line:<44} {alo:>14,.0f} {eos:>13,.0f} {eos / alo:>6.0%}")
+    target = pipelines[10_000][1] / pipelines[10_000][0]
+    print(f"\nexactly-once / at-least-once at 10,000: {target:.0%} (target >= 70%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,504 @@
+"""The transaction coordinator actor: transactional ids, their producers and markers.
+
+One per cluster, detached and named, started by the controller the first time a
+producer asks for it (``find_transaction_coordinator``), restarted by Ray when it dies.
+A thin async shell: :mod:`raystream.transactions.metadata` holds the rules, the
+internal topic ``__transaction_state`` the state (written with ``acks=all`` before the
+coordinator acts on it), and a restarted coordinator rebuilds every transactional id
+by replaying that topic, then finishes the transactions it finds half-ended.
+
+Ending a transaction (Kafka's two phases): the outcome (PrepareCommit/PrepareAbort) is
+persisted first, so it is decided for good; then a marker goes to every partition of
+the transaction (retried through leader changes until its ISR has it); then the id is
+Complete*. A coordinator killed anywhere in between finds Prepare* on restart and
+writes the markers again, so a transaction ends atomically, everywhere the same way.
+``end_txn`` answers once the markers are written, so a read_committed consumer sees a
+committed transaction as soon as ``commit_transaction`` returns.
+
+Why Complete* is not written at once (Kafka writes it): it costs a replicated write
+per transaction and protects nothing. The next change of the id (its next
+transaction's first partition, an init) is persisted anyway and supersedes it; until
+then a restarted coordinator finds Prepare* and writes the same markers once more,
+which a partition takes as a no-op (the producer has no open transaction there), and
+no new transaction can have started meanwhile, since starting one is persisted first.
+
+State writes go straight to the leader of the id's ``__transaction_state`` partition
+(acks=all, retried through leader changes), without a Producer: one actor call each,
+and a repeated write of the same state is harmless, so idempotence is not needed.
+
+After markers on a ``__consumer_offsets`` partition, the group coordinator is told to
+read the newly committed offsets (``refresh_offsets``). A background tick aborts the
+transactions open longer than their producer's ``transaction_timeout_ms``, bumping the
+epoch so the vanished producer is fenced if it comes back.
+
+Every method answers with a :class:`~raystream.protocol.Result`, so bad input never
+kills the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import ray
+
+from raystream.errors import (
+    BrokerNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidRequestError,
+    InvalidTxnStateError,
+    LeaderNotAvailableError,
+    RaystreamError,
+    RaystreamTimeoutError,
+    TransactionCoordinatorFencedError,
+    UnknownTopicOrPartitionError,
+)
+from raystream.groups.offsets_topic import OFFSETS_TOPIC
+from raystream.groups.offsets_topic import partition_for as offsets_partition_for
+from raystream.protocol import CONTROLLER_NAME, Result, failure
+from raystream.records import build_batch
+from raystream.transactions import metadata as rules
+from raystream.transactions.metadata import TransactionMetadata, TxnState
+from raystream.transactions.state_topic import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionStore,
+    partition_for,
+    transaction_record,
+)
+from raystream.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+TRANSACTION_COORDINATOR_NAME = "raystream-transaction-coordinator"
+MARKER_TIMEOUT_MS = 30_000
+STATE_WRITE_TIMEOUT_S = 30.0
+MARKER_BACKOFF_S = (0.05, 1.0)
+"""First and longest pause between attempts to write a marker."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TransactionCoordinator:
+    """Kafka's transaction coordinator for every transactional id of one cluster.
+
+    Args:
+        namespace: the cluster's namespace (to find the controller).
+        data_dir: the cluster's data dir (for the internal clients' Cluster handle).
+        partitions: how many partitions ``__transaction_state`` has.
+        offsets_partitions: how many partitions ``__consumer_offsets`` has.
+        abort_check_interval_ms: how often timed-out transactions are looked for.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        data_dir: str,
+        partitions: int,
+        offsets_partitions: int,
+        abort_check_interval_ms: int,
+    ) -> None:
+        self._namespace = namespace
+        self._data_dir = data_dir
+        self._partitions = partitions
+        self._offsets_partitions = offsets_partitions
+        self._abort_check_s = abort_check_interval_ms / 1000
+        self._store = TransactionStore()
+        self._cluster: Any = None
+        self._state_schema: Any = None
+        self._leaders: dict[TopicPartition, Any] = {}
+        self._coordinator_epoch = 0
+        self._loading: asyncio.Future | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ startup
+
+    async def _ready(self) -> None:
+        """Load the ids from ``__transaction_state`` once, before the first request."""
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._loading)
+
+    async def _load(self) -> None:
+        from raystream.client.cluster import Cluster
+
+        def connect() -> Any:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
+            return Cluster(self._namespace, self._data_dir, controller)
+
+        self._cluster = await asyncio.to_thread(connect)
+        self._store = await asyncio.to_thread(self._replay)
+        metadata = await asyncio.to_thread(
+            self._cluster.topic_metadata, TRANSACTION_STATE_TOPIC, True
+        )
+        # Markers carry this: it grows with every leader change of the state topic, so
+        # a partition refuses markers of a coordinator that an election left behind.
+        self._coordinator_epoch = max(p.leader_epoch for p in metadata.partitions)
+        self._state_schema = metadata.record_schema
+        self._spawn(self._tick_loop())
+        for meta in self._store.transactions.values():
+            if meta.state.preparing:
+                logger.info("resuming %s of %r", meta.state.value, meta.transactional_id)
+                self._spawn(self._resume(meta.transactional_id))
+        logger.info("transaction coordinator loaded %d ids", len(self._store.transactions))
+
+    def _replay(self) -> TransactionStore:
+        from raystream.client.consumer import Consumer
+
+        store = TransactionStore()
+        tps = [TopicPartition(TRANSACTION_STATE_TOPIC, p) for p in range(self._partitions)]
+        consumer = Consumer(
+            cluster=self._cluster,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            fetch_max_wait_ms=100,
+        )
+        try:
+            consumer.assign(tps)
+            end = consumer.end_offsets(tps)
+            while any(consumer.position(tp) < end[tp] for tp in tps):
+                store.replay(consumer.poll_arrow(timeout_ms=1000))
+        finally:
+            consumer.close(autocommit=False)
+        return store
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ----------------------------------------------------------------- requests
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> Result:
+        """The producer id and a new epoch for ``transactional_id`` (fencing older ones).
+
+        An open transaction of the id is aborted first (its producer is being
+        replaced). Answers ``(producer_id, producer_epoch)``.
+        """
+        try:
+            await self._ready()
+            _check_id(transactional_id)
+            rules.check_timeout(timeout_ms)
+            async with self._lock(transactional_id):
+                meta = self._store.transactions.get(transactional_id)
+                if meta is None:
+                    producer_id, _ = await asyncio.to_thread(self._new_producer_id)
+                    meta = rules.new_transaction(
+                        transactional_id, producer_id, timeout_ms, _now_ms()
+                    )
+                else:
+                    if rules.needs_abort_before_init(meta):
+                        meta = await self._end(rules.bump_epoch(meta, _now_ms()))
+                    new_id = None
+                    if meta.producer_epoch + 1 > rules.MAX_PRODUCER_EPOCH:
+                        new_id, _ = await asyncio.to_thread(self._new_producer_id)
+                    meta = rules.init_producer(meta, timeout_ms, new_id, _now_ms())
+                await self._persist(meta)
+                return Result(value=(meta.producer_id, meta.producer_epoch))
+        except Exception as error:
+            return failure(error)
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> Result:
+        """Add partitions to the producer's transaction (starting one if needed)."""
+        try:
+            await self._ready()
+            _check_id(transactional_id)
+            added = _partitions(partitions)
+            async with self._lock(transactional_id):
+                meta = self._meta(transactional_id)
+                updated = rules.add_partitions(meta, producer_id, producer_epoch, added, _now_ms())
+                if updated is not meta:
+                    await self._persist(updated)
+                return Result()
+        except Exception as error:
+            return failure(error)
+
+    async def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> Result:
+        """Add the group's ``__consumer_offsets`` partition to the transaction.
+
+        Answers that partition's number: the producer writes the offsets there itself,
+        as transactional records, so they commit or abort with the rest.
+        """
+        if not isinstance(group_id, str) or not group_id:
+            return failure(InvalidRequestError(f"group_id {group_id!r} must be a non-empty string"))
+        partition = offsets_partition_for(group_id, self._offsets_partitions)
+        answer = await self.add_partitions(
+            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition)]
+        )
+        return answer if answer.error_code else Result(value=partition)
+
+    async def end_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> Result:
+        """Commit or abort the producer's transaction; answers once the markers are written."""
+        try:
+            await self._ready()
+            _check_id(transactional_id)
+            if not isinstance(commit, bool):
+                raise InvalidRequestError(f"end_txn commit={commit!r} must be True or False")
+            async with self._lock(transactional_id):
+                meta = self._meta(transactional_id)
+                prepared = rules.prepare_end(meta, producer_id, producer_epoch, commit, _now_ms())
+                if prepared.state.preparing:
+                    await self._end(prepared)
+                return Result()
+        except Exception as error:
+            return failure(error)
+
+    async def describe(self, transactional_id: str) -> Result:
+        """The id's metadata as a dict (state, producer, partitions), for tests and admin."""
+        try:
+            await self._ready()
+            return Result(value=self._meta(transactional_id).to_dict())
+        except Exception as error:
+            return failure(error)
+
+    async def ping(self) -> bool:
+        """Liveness check (and load trigger)."""
+        await self._ready()
+        return True
+
+    # ---------------------------------------------------------------- two phases
+
+    async def _end(self, prepared: TransactionMetadata) -> TransactionMetadata:
+        """Persist Prepare*, write every marker, persist Complete*; the caller holds
+        the id's lock. Returns the completed metadata."""
+        if self._store.transactions.get(prepared.transactional_id) != prepared:
+            await self._persist(prepared)
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        await asyncio.gather(
+            *(
+                self._write_marker(prepared, TopicPartition(topic, partition), commit)
+                for topic, partition in sorted(prepared.partitions)
+            )
+        )
+        done = rules.complete(prepared, _now_ms())
+        self._store.transactions[done.transactional_id] = done  # persisted lazily
+        if commit and any(topic == OFFSETS_TOPIC for topic, _ in prepared.partitions):
+            self._spawn(self._refresh_group_offsets())
+        return done
+
+    async def _resume(self, transactional_id: str) -> None:
+        """Finish a transaction found in Prepare* at load (the outcome was decided)."""
+        while True:
+            try:
+                async with self._lock(transactional_id):
+                    meta = self._store.transactions[transactional_id]
+                    if meta.state.preparing:
+                        await self._end(meta)
+                return
+            except Exception:  # e.g. the state topic's leader moved: try again
+                logger.exception("could not finish the transaction of %r", transactional_id)
+                await asyncio.sleep(MARKER_BACKOFF_S[1])
+
+    async def _write_marker(
+        self, meta: TransactionMetadata, tp: TopicPartition, commit: bool
+    ) -> None:
+        """Write one marker, retrying through leader changes until the ISR has it.
+
+        A partition whose topic was deleted needs no marker; one that already took a
+        newer epoch of the producer (a newer marker fenced this one) needs none either.
+        """
+        backoff, longest = MARKER_BACKOFF_S
+        while True:
+            error = await self._call_leader(
+                tp,
+                "write_txn_marker",
+                meta.producer_id,
+                meta.producer_epoch,
+                commit,
+                self._coordinator_epoch,
+                MARKER_TIMEOUT_MS,
+            )
+            if error is None:
+                return
+            if isinstance(error, UnknownTopicOrPartitionError) and not await self._exists(tp):
+                logger.info("no marker for %s-%d: the topic is gone", tp.topic, tp.partition)
+                return
+            if isinstance(error, (InvalidProducerEpochError, TransactionCoordinatorFencedError)):
+                logger.warning("marker on %s-%d refused: %s", tp.topic, tp.partition, error)
+                return
+            logger.debug("marker on %s-%d not written yet: %s", tp.topic, tp.partition, error)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, longest)
+
+    async def _exists(self, tp: TopicPartition) -> bool:
+        try:
+            await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
+            return True
+        except UnknownTopicOrPartitionError:
+            return False
+        except Exception:  # the controller restarts: assume it does, and retry
+            return True
+
+    async def _refresh_group_offsets(self) -> None:
+        """Tell the group coordinator that transactions committed offsets (best effort:
+        it also reads them before it answers an offset fetch)."""
+        with contextlib.suppress(Exception):
+            coordinator = await asyncio.to_thread(self._cluster.coordinator)
+            await coordinator.refresh_offsets.remote()
+
+    # --------------------------------------------------------------------- tick
+
+    async def _tick_loop(self) -> None:
+        """Abort the transactions open longer than their timeout."""
+        while True:
+            await asyncio.sleep(self._abort_check_s)
+            try:
+                now = _now_ms()
+                for meta in list(self._store.transactions.values()):
+                    if rules.timed_out(meta, now):
+                        self._spawn(self._abort_timed_out(meta.transactional_id))
+            except Exception:  # the loop must survive anything; logged
+                logger.exception("transaction coordinator tick failed")
+
+    async def _abort_timed_out(self, transactional_id: str) -> None:
+        lock = self._lock(transactional_id)
+        if lock.locked():
+            return  # the producer is busy with it right now; the next tick looks again
+        async with lock:
+            meta = self._store.transactions.get(transactional_id)
+            if meta is None or not rules.timed_out(meta, _now_ms()):
+                return
+            logger.info(
+                "aborting the transaction of %r: open longer than %d ms",
+                transactional_id,
+                meta.timeout_ms,
+            )
+            try:
+                await self._end(rules.bump_epoch(meta, _now_ms()))
+            except Exception:  # Prepare* may be persisted: finish it in the background
+                logger.exception("timeout abort of %r failed", transactional_id)
+                self._spawn(self._resume(transactional_id))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(transactional_id, asyncio.Lock())
+
+    def _meta(self, transactional_id: str) -> TransactionMetadata:
+        _check_id(transactional_id)
+        meta = self._store.transactions.get(transactional_id)
+        if meta is None:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r} is unknown: call init_transactions()"
+            )
+        return meta
+
+    def _new_producer_id(self) -> tuple[int, int]:
+        return self._cluster.call("init_producer_id")
+
+    async def _persist(self, meta: TransactionMetadata) -> None:
+        """Write the id's new state to ``__transaction_state`` (acks=all), then adopt it.
+
+        Raises:
+            RaystreamTimeoutError: not written within :data:`STATE_WRITE_TIMEOUT_S`.
+            RaystreamError: a non-retriable refusal.
+        """
+        table = transaction_record(meta)
+        batch = build_batch(
+            self._state_schema,
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            [_now_ms()],
+            None,
+        )
+        tp = TopicPartition(
+            TRANSACTION_STATE_TOPIC, partition_for(meta.transactional_id, self._partitions)
+        )
+        deadline = time.monotonic() + STATE_WRITE_TIMEOUT_S
+        backoff, longest = MARKER_BACKOFF_S
+        while True:
+            error = await self._call_leader(
+                tp, "produce", batch, "all", int(STATE_WRITE_TIMEOUT_S * 1000)
+            )
+            if error is None:
+                break
+            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
+                if time.monotonic() > deadline:
+                    raise RaystreamTimeoutError(
+                        f"state of {meta.transactional_id!r} not written: {error}"
+                    )
+                raise error
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, longest)
+        self._store.transactions[meta.transactional_id] = meta
+
+    async def _call_leader(self, tp: TopicPartition, method: str, *args: Any) -> Any:
+        """Call a partition leader's method; its error (None on success), a dead or
+        unknown leader as a retriable error (the cached leader is dropped then)."""
+        leader = self._leaders.get(tp)
+        try:
+            if leader is None:
+                metadata = await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
+                if tp.partition >= len(metadata.partitions):
+                    raise UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition} does not exist")
+                leader = metadata.partitions[tp.partition].leader_handle
+                if leader is None:
+                    raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                self._leaders[tp] = leader
+            answer = await getattr(leader, method).remote(*args)
+            error = answer.error()
+        except ray.exceptions.RayError as dead:  # the leader died: ask for the new one
+            error = BrokerNotAvailableError(f"the leader of {tp.topic}-{tp.partition}: {dead}")
+        except RaystreamError as unknown:
+            error = unknown
+        if error is not None and (
+            getattr(error, "invalid_metadata", False) or getattr(error, "retriable", False)
+        ):
+            self._leaders.pop(tp, None)
+        return error
+
+
+def _check_id(transactional_id: Any) -> None:
+    if not isinstance(transactional_id, str) or not transactional_id:
+        raise InvalidRequestError(
+            f"transactional_id must be a non-empty string, not {transactional_id!r}"
+        )
+
+
+def _partitions(items: Any) -> list[tuple[str, int]]:
+    """Validated (topic, partition) pairs."""
+    checked = []
+    for item in items if isinstance(items, (list, tuple)) else [items]:
+        try:
+            topic, partition = item
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                f"a transaction partition must be (topic, partition), not {item!r}"
+            ) from None
+        if (
+            not isinstance(topic, str)
+            or not topic
+            or not isinstance(partition, int)
+            or isinstance(partition, bool)
+            or partition < 0
+        ):
+            raise InvalidRequestError(f"bad transaction partition ({topic!r}, {partition!r})")
+        checked.append((topic, partition))
+    if not checked:
+        raise InvalidRequestError("add_partitions: no partitions given")
+    return checked
+
+
+TransactionCoordinatorActor = ray.remote(TransactionCoordinator)
+"""The coordinator as a Ray actor class (the one place it becomes one)."""
+
+__all__ = [
+    "TRANSACTION_COORDINATOR_NAME",
+    "TransactionCoordinator",
+    "TransactionCoordinatorActor",
+]

@@ -1,0 +1,120 @@
+"""The transaction coordinator killed mid-transaction completes it atomically after
+its restart, from what ``__transaction_state`` says."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+import ray
+
+from raystream.transactions.metadata import TransactionMetadata, TxnState
+from raystream.transactions.state_topic import (
+    TRANSACTION_STATE_TOPIC,
+    partition_for,
+    transaction_record,
+)
+from raystream.types import TopicPartition
+
+
+def describe(cluster: Any, tid: str) -> dict:
+    return cluster.transaction_coordinator_call("describe", tid)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart(
+    shared_cluster, make_topic, commit, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic(partitions=3)
+    tid = txn_id()
+    producer = transactional(shared_cluster, transactional_id=tid)
+    producer.begin_transaction()
+    for p in range(3):
+        producer.send(topic, f"v{p}".encode(), partition=p)
+    producer.flush()
+    meta = TransactionMetadata.from_dict(tid, describe(shared_cluster, tid))
+    assert meta.state is TxnState.ONGOING and len(meta.partitions) == 3
+    # The coordinator dies right after persisting the outcome, before any marker.
+    ray.kill(shared_cluster.transaction_coordinator(), no_restart=True)
+    prepared = dataclasses.replace(
+        meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    )
+    with shared_cluster.producer(acks="all") as writer:
+        writer.send_batch(
+            TRANSACTION_STATE_TOPIC,
+            transaction_record(prepared),
+            partition=partition_for(tid, 1),
+        )
+    # A new coordinator (the controller starts it on first use) loads and resumes.
+    deadline = time.monotonic() + 60
+    while describe(shared_cluster, tid)["state"] != (
+        "CompleteCommit" if commit else "CompleteAbort"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    expected = sorted(f"v{p}".encode() for p in range(3)) if commit else []
+    assert sorted(read_all(shared_cluster, topic, "read_committed", 3)) == expected
+    producer.close()
+
+
+def test_transactions_survive_coordinator_crashes_at_random_points(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """Ray restarts the killed coordinator; every transaction ends all or nothing."""
+    topic = make_topic(partitions=2)
+    producer = transactional(shared_cluster, request_timeout_ms=120_000)
+    stop = threading.Event()
+
+    rng = random.Random(6)
+    kills: list[float] = []
+    errors: list[BaseException] = []
+
+    def kill_now_and_then() -> None:
+        """Kill the coordinator at a random moment once it has loaded, again and again."""
+        try:
+            while len(kills) < 4 and not stop.wait(rng.uniform(0.1, 1.2)):
+                handle = shared_cluster.transaction_coordinator(refresh=True)
+                ray.kill(handle, no_restart=False)
+                kills.append(time.monotonic())
+                with contextlib.suppress(Exception):  # back once it answers
+                    ray.get(handle.ping.remote(), timeout=60)
+        except BaseException as error:
+            errors.append(error)
+
+    killer = threading.Thread(target=kill_now_and_then, daemon=True)
+    killer.start()
+    committed = []
+    try:
+        for i in range(200):
+            if not killer.is_alive() and i >= 6:
+                break
+            producer.begin_transaction()
+            producer.send(topic, f"t{i}-a".encode(), partition=0)
+            producer.send(topic, f"t{i}-b".encode(), partition=1)
+            if i % 3 == 2:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+                committed.append(i)
+    finally:
+        stop.set()
+        killer.join()
+    assert not errors
+    producer.close()
+    assert len(kills) >= 3
+    values = read_all(shared_cluster, topic, "read_committed", 2)
+    expected = [f"t{i}-{s}".encode() for i in committed for s in "ab"]
+    assert sorted(values) == sorted(expected)
+    assert len(values) == len(set(values))
+    end = shared_cluster.consumer(isolation_level="read_committed", enable_auto_commit=False)
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    stable = end.end_offsets(tps)
+    end.close()
+    hw = shared_cluster.consumer(enable_auto_commit=False)
+    assert stable == hw.end_offsets(tps)  # no transaction left open
+    hw.close()

@@ -1,0 +1,187 @@
+"""Transactions on a real Ray: commit and abort visibility, the last stable offset,
+fencing, offsets committed with the output, timeouts, markers hidden from everyone."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from raystream.errors import (
+    InvalidRequestError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
+from raystream.types import TopicPartition
+
+
+def test_committed_records_appear_and_aborted_ones_only_as_uncommitted_data(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic(partitions=2)
+    with transactional(shared_cluster) as producer:
+        producer.begin_transaction()
+        for i in range(6):
+            producer.send(topic, f"c{i}".encode(), partition=i % 2)
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send_batch(topic, pa.table({"value": [b"a0", b"a1", b"a2"]}))
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send(topic, b"c6", partition=0)
+        producer.commit_transaction()
+    committed = read_all(shared_cluster, topic, "read_committed", 2)
+    everything = read_all(shared_cluster, topic, "read_uncommitted", 2)
+    assert sorted(committed) == [f"c{i}".encode() for i in range(7)]
+    assert sorted(everything) == sorted([*committed, b"a0", b"a1", b"a2"])
+    # markers (one per partition per transaction) are never returned as records
+    assert len(everything) == 10
+
+
+def test_read_committed_stops_at_an_open_transaction_until_it_ends(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic()
+    plain = shared_cluster.producer()
+    plain.send(topic, b"before").get()
+    producer = transactional(shared_cluster)
+    producer.begin_transaction()
+    producer.send(topic, b"inside").get()
+    plain.send(topic, b"after").get()  # non-transactional, behind the open transaction
+    tp = TopicPartition(topic, 0)
+    with shared_cluster.consumer(
+        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level="read_committed"
+    ) as consumer:
+        consumer.assign([tp])
+        assert consumer.end_offsets([tp])[tp] == 1  # the last stable offset
+        seen = consumer.poll_arrow(timeout_ms=1000).column("value").to_pylist()
+        seen += consumer.poll_arrow(timeout_ms=500).column("value").to_pylist()
+        assert seen == [b"before"]
+        producer.commit_transaction()
+        deadline = time.monotonic() + 10
+        while len(seen) < 3 and time.monotonic() < deadline:
+            table = consumer.poll_arrow(timeout_ms=500)
+            seen += table.column("value").to_pylist() if table.num_rows else []
+        assert seen == [b"before", b"inside", b"after"]
+        assert consumer.position(tp) == 4  # past the marker
+    producer.close()
+    plain.close()
+
+
+def test_a_second_init_fences_the_zombie_and_aborts_its_transaction(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic()
+    tid = txn_id()
+    zombie = transactional(shared_cluster, transactional_id=tid)
+    zombie.begin_transaction()
+    zombie.send(topic, b"zombie").get()
+    successor = transactional(shared_cluster, transactional_id=tid)
+    with pytest.raises(ProducerFencedError):
+        zombie.commit_transaction()
+    with pytest.raises(ProducerFencedError):
+        zombie.begin_transaction()  # fenced for good
+    successor.begin_transaction()
+    successor.send(topic, b"successor")
+    successor.commit_transaction()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"successor"]
+    zombie.close()
+    successor.close()
+
+
+def test_a_fenced_zombie_cannot_write_even_without_its_coordinator(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic()
+    tid = txn_id()
+    zombie = transactional(shared_cluster, transactional_id=tid)
+    zombie.begin_transaction()
+    zombie.send(topic, b"first").get()  # the partition is in the zombie's transaction
+    successor = transactional(shared_cluster, transactional_id=tid)
+    late = zombie.send(topic, b"late")  # the leader knows the newer epoch from the marker
+    with pytest.raises(Exception):  # noqa: B017 - InvalidProducerEpoch, or fenced on add
+        late.get(timeout=30)
+    successor.close()
+    zombie.close()
+    assert read_all(shared_cluster, topic, "read_committed") == []
+
+
+def test_calls_out_of_order_name_the_state(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic()
+    producer = shared_cluster.producer(transactional_id=txn_id())
+    with pytest.raises(InvalidTxnStateError, match="UNINITIALIZED"):
+        producer.begin_transaction()
+    producer.init_transactions()
+    with pytest.raises(InvalidTxnStateError, match=r"send.*READY"):
+        producer.send(topic, b"x")
+    with pytest.raises(InvalidTxnStateError, match=r"commit_transaction.*READY"):
+        producer.commit_transaction()
+    producer.begin_transaction()
+    with pytest.raises(InvalidTxnStateError, match="IN_TRANSACTION"):
+        producer.begin_transaction()
+    producer.commit_transaction()  # nothing sent: nothing to ask the coordinator
+    producer.close()
+    with pytest.raises(InvalidTxnStateError, match="transactional_id"):
+        shared_cluster.producer().init_transactions()
+
+
+def test_bad_transactional_config_is_named(shared_cluster) -> None:
+    from raystream.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match=r"transactional.id=.t.: needs"):
+        shared_cluster.producer(transactional_id="t", acks=1)
+    with pytest.raises(InvalidConfigError, match=r"transaction.timeout.ms"):
+        shared_cluster.producer(transactional_id="t", transaction_timeout_ms=0)
+
+
+def test_offsets_commit_atomically_with_the_output(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    source, sink = make_topic(), make_topic()
+    tp = TopicPartition(source, 0)
+    group = f"g-{txn_id()}"
+    producer = transactional(shared_cluster)
+    producer.begin_transaction()
+    producer.send(sink, b"out-1")
+    producer.send_offsets_to_transaction({tp: 5}, group)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send(sink, b"out-2")
+    producer.send_offsets_to_transaction({tp: 9}, group)
+    producer.abort_transaction()
+    with pytest.raises(InvalidRequestError, match="offset"):
+        producer.begin_transaction() or producer.send_offsets_to_transaction({tp: -1}, group)
+    producer.abort_transaction()
+    producer.close()
+    assert shared_cluster.admin().describe_group(group).offsets == {tp: 5}
+    assert read_all(shared_cluster, sink, "read_committed") == [b"out-1"]
+    with shared_cluster.consumer(
+        group_id=group, enable_auto_commit=False, isolation_level="read_committed"
+    ) as consumer:
+        consumer.assign([tp])
+        assert consumer.committed(tp) == 5
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    topic = make_topic()
+    producer = transactional(shared_cluster, transaction_timeout_ms=1500)
+    producer.begin_transaction()
+    producer.send(topic, b"forgotten").get()
+    tp = TopicPartition(topic, 0)
+    deadline = time.monotonic() + 20
+    with shared_cluster.consumer(
+        enable_auto_commit=False, isolation_level="read_committed"
+    ) as consumer:
+        while consumer.end_offsets([tp])[tp] < 2:  # the abort marker moves the LSO
+            assert time.monotonic() < deadline, "the transaction was never aborted"
+            time.sleep(0.3)
+    with pytest.raises(ProducerFencedError):
+        producer.commit_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == []
+    assert read_all(shared_cluster, topic, "read_uncommitted") == [b"forgotten"]
