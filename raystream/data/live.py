@@ -20,7 +20,8 @@ from raystream.errors import InvalidRequestError
 from raystream.types import TopicPartition
 
 POLL_TIMEOUT_MS = 100
-"""How long one poll waits for records at the live end before a short batch is sent."""
+"""How long a poll waits for more records before a batch goes out short: a poll that
+gets none in this time means the iteration is at the live end."""
 
 
 def iter_topic(
@@ -80,8 +81,7 @@ def _batches(consumer: Any, batch_size: int, idle_timeout_ms: float | None) -> I
     rows = 0
     last_record = time.monotonic()
     while True:
-        wait_ms = 0 if pending else POLL_TIMEOUT_MS  # filling a batch takes only what is there
-        table = consumer.poll_arrow(timeout_ms=wait_ms, max_records=batch_size - rows)
+        table = consumer.poll_arrow(timeout_ms=POLL_TIMEOUT_MS, max_records=batch_size - rows)
         if table.num_rows:
             pending.append(table)
             rows += table.num_rows

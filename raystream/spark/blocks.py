@@ -17,8 +17,10 @@ from raystream.data.offsets import PartitionRange
 from raystream.data.reader import read_range
 from raystream.records import value_columns
 
-READ_TASK_CPUS = 0.5
-"""CPUs a read task asks Ray for: it mostly waits on the leader and copies memory."""
+READ_TASK_CPUS = 0
+"""CPUs a read task asks Ray for: none, so that reads always run even when Spark's
+executors hold every CPU of the cluster (they would wait for the blocks forever); a
+read task mostly waits on its leader and copies memory, one task per partition."""
 
 
 def kafka_table(table: pa.Table, topic: str, partition: int, timestamp_type: int) -> pa.Table:

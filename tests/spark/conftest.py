@@ -18,15 +18,22 @@ _names = itertools.count()
 
 @pytest.fixture(scope="package")
 def spark_cluster(start_local_ray: Callable[[], None], tmp_path_factory) -> Iterator[Any]:
-    """The raystream cluster the Spark session reads and writes."""
+    """The raystream cluster the Spark session reads and writes. If Ray had to be
+    started for it (a multi-node test stopped the session's), it is stopped again after
+    the package, as tests that come later may expect."""
+    import ray
+
     from raystream.client.cluster import connect
 
+    started = not ray.is_initialized()
     start_local_ray()
     cluster = connect(
         namespace=f"spark-{os.getpid()}", data_dir=str(tmp_path_factory.mktemp("spark-data"))
     )
     yield cluster
     cluster.shutdown()
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="package")

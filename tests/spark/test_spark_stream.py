@@ -46,7 +46,7 @@ def test_a_stopped_or_failed_query_resumes_from_its_last_committed_batch(
         max_offsets_per_trigger=40,
         starting_offsets="earliest",
     )
-    query.process_all_available(timeout_s=120)
+    query.process_all_available(timeout_s=300)
     query.stop()
     assert not query.is_active
     assert sorted(seen) == sorted(b"r-%d" % i for i in range(100))
@@ -62,12 +62,12 @@ def test_a_stopped_or_failed_query_resumes_from_its_last_committed_batch(
 
     failing = rs.spark.stream(spark, topic, group, fail, trigger_interval_ms=100)
     with pytest.raises(BatchFailedError, match="batch 0 of 50 rows"):
-        failing.await_termination(timeout_s=120)
+        failing.await_termination(timeout_s=300)
     assert spark_cluster.admin().describe_group(group).offsets == committed  # nothing moved
 
     seen.clear()
     resumed = rs.spark.stream(spark, topic, group, collect, trigger_interval_ms=100)
-    resumed.process_all_available(timeout_s=120)
+    resumed.process_all_available(timeout_s=300)
     resumed.stop()
     assert sorted(seen) == sorted(b"r-%d" % i for i in range(100, 150))  # the failed batch again
     assert resumed.last_progress is not None and resumed.exception() is None
