@@ -233,8 +233,9 @@ class StreamingQuery:
             self._foreach_batch(frame, batch_id)
         finally:
             release(frame)
-        moved = {TopicPartition(self.topic, p): end for p, end in ends.items() if end != starts[p]}
-        consumer.commit(moved)
+        # Every partition's offset, moved or not: a partition that got no records yet
+        # must resume where this run started it, not at a later run's starting_offsets.
+        consumer.commit({TopicPartition(self.topic, p): end for p, end in ends.items()})
         self.last_progress = BatchProgress(
             batch_id,
             dict(starts),
