@@ -66,9 +66,40 @@ PRODUCER_ID_BLOCK_KEY = b"@producer-id-block"
 REPLICA_READY_TIMEOUT_S = 120
 MONITOR_INTERVAL_S = 0.5
 PING_TIMEOUT_S = 1.0
+QUICK_PING_S = 0.2
+"""After this long, replicas that have not answered their ping are looked up in Ray's
+actor table: one that Ray is restarting (or gave up on) counts as dead at once."""
 SLOW_PING_STRIKES = 3
-"""Unanswered pings in a row before a replica counts as dead; a ping that fails (the
-actor died) counts at once, which is what makes failover fast."""
+"""Unanswered pings in a row before a replica that Ray reports alive counts as dead; a
+ping that fails, or an actor that Ray is restarting, counts at once, which is what
+makes failover fast."""
+DOWN_STATES = frozenset({"RESTARTING", "DEAD"})
+
+
+def actor_state(handle: Any) -> str | None:
+    """Ray's state of an actor ("ALIVE", "RESTARTING", "DEAD", ...), None if unknown.
+
+    Read from the GCS actor table through ``ray._private.state``: the public
+    ``ray.util.state`` API needs the dashboard, which embedded clusters do not start.
+    A call to a restarting actor neither answers nor fails until the restart is done,
+    so without this a killed leader would be noticed only after several missed pings.
+    """
+    from ray._private import state
+
+    try:
+        info = state.actors(actor_id=handle._actor_id.hex())
+    except Exception:  # the lookup is an optimisation; missed pings still count
+        return None
+    return info.get("State") if isinstance(info, dict) else None
+
+
+def _ping_failed(ref: Any) -> bool:
+    """Whether an answered ping raised (its actor died)."""
+    try:
+        ray.get(ref)
+    except Exception:
+        return True
+    return False
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -363,25 +394,35 @@ class Controller:
         pings = {key: handle.ping.remote() for key, handle in handles.items()}
         if not pings:
             return
-        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=PING_TIMEOUT_S)
+        refs = list(pings.values())
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=QUICK_PING_S)
+        unanswered = set(pending)
+        down = {
+            key
+            for key, ref in pings.items()
+            if ref in unanswered and actor_state(handles[key]) in DOWN_STATES
+        }
+        waiting = [ref for key, ref in pings.items() if ref in unanswered and key not in down]
+        if waiting:
+            more, _ = ray.wait(
+                waiting, num_returns=len(waiting), timeout=PING_TIMEOUT_S - QUICK_PING_S
+            )
+            ready += more
         ready_set = set(ready)
         alive: set[tuple[str, int, int]] = set()
         for key, ref in pings.items():
-            ok = False
-            if ref in ready_set:
-                try:
-                    ray.get(ref)
-                    ok = True
-                except Exception:
-                    ok = False
-            if ok:
+            if key in down:
+                answered = failed = True
+            else:
+                answered = ref in ready_set
+                failed = answered and _ping_failed(ref)
+            if answered and not failed:
                 strikes.pop(key, None)
                 alive.add(key)
-            elif ref not in ready_set and strikes.get(key, 0) < SLOW_PING_STRIKES - 1:
-                strikes[key] = strikes.get(key, 0) + 1  # slow (busy machine), not yet dead
-                alive.add(key)
-            else:
-                strikes[key] = strikes.get(key, 0) + 1
+                continue
+            strikes[key] = strikes.get(key, 0) + 1
+            if not answered and strikes[key] < SLOW_PING_STRIKES:
+                alive.add(key)  # slow (busy machine), not yet dead
         calls = []
         with self._lock:
             for topic in list(self.topics.values()):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import os
 import sys
 import weakref
@@ -20,12 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 import raydp
 from pyspark.sql import DataFrame, SparkSession
 
 from raystream.client.cluster import Cluster, connect
 from raystream.errors import IllegalStateError, InvalidConfigError
 from raystream.java import provide_java
+
+logger = logging.getLogger(__name__)
 
 JAVA_17_OPENS = (
     "java.lang",
@@ -174,14 +178,21 @@ def session(
 def stop() -> None:
     """Stop the Spark session :func:`session` started and free its topic snapshots.
 
-    Idempotent: does nothing when no session is running.
+    Idempotent: does nothing when no session is running. If Ray was shut down first,
+    Spark's executors and JVM went with it: what is left is cleared with a warning, so
+    a later :func:`session` can start afresh.
     """
     global _started
     if _started is None:
         return
     _attachments.pop(_started, None)
     _started = None
-    raydp.stop_spark()
+    try:
+        raydp.stop_spark()
+    except Exception as error:
+        if ray.is_initialized():
+            raise
+        logger.warning("Spark stopped after the Ray it ran on was shut down: %s", error)
 
 
 def attachment(spark: SparkSession) -> Attachment:
