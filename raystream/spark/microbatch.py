@@ -52,6 +52,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from raystream.client.consumer import Consumer
+from raystream.client.producer import Producer
 from raystream.data import offsets
 from raystream.errors import InvalidRequestError, RaystreamError, RaystreamTimeoutError
 from raystream.spark.context import attachment
@@ -108,8 +110,12 @@ def stream(
             exactly-once query's transactional producer (e.g.
             ``transaction_timeout_ms``, which a batch must finish within).
 
+    Returns:
+        The running query; with ``exactly_once`` an older run of it is fenced by then.
+
     Raises:
         InvalidRequestError: an argument is invalid (the message names it).
+        InvalidConfigError: an option of ``producer_config`` is invalid.
         UnknownTopicOrPartitionError: no such topic.
     """
     if not isinstance(group_id, str) or not group_id:
@@ -139,6 +145,12 @@ def stream(
             )
     cluster = attachment(spark).cluster
     cluster.topic_metadata(topic, refresh=True)  # an unknown topic fails here, not later
+    producer = None
+    if exactly_once:
+        producer = cluster.producer(
+            transactional_id=transactional_id(group_id, topic), **(producer_config or {})
+        )
+        producer.init_transactions()  # fences an older run, aborts what it left open
     query = StreamingQuery(
         spark,
         topic,
@@ -147,8 +159,7 @@ def stream(
         trigger_interval_ms,
         max_offsets_per_trigger,
         starting_offsets,
-        exactly_once,
-        producer_config or {},
+        producer,
     )
     query._thread.start()
     return query
@@ -157,8 +168,9 @@ def stream(
 class StreamingQuery:
     """A running micro-batch query (Structured Streaming's ``StreamingQuery``).
 
-    The batches run on a thread of this process, one at a time, in order.
-    ``transactional_id`` is the exactly-once query's producer's (None at least once).
+    The batches run on a thread of this process, one at a time, in order. An
+    exactly-once query is given its initialized transactional ``producer`` (its
+    ``transactional_id`` is None at least once) and closes it when it stops.
     """
 
     def __init__(
@@ -170,8 +182,7 @@ class StreamingQuery:
         trigger_interval_ms: int,
         max_offsets_per_trigger: int | None,
         starting_offsets: Any,
-        exactly_once: bool,
-        producer_config: dict[str, Any],
+        producer: Producer | None,
     ) -> None:
         self._spark = spark
         self._cluster = attachment(spark).cluster
@@ -181,8 +192,8 @@ class StreamingQuery:
         self._interval_s = trigger_interval_ms / 1000
         self._max_offsets = max_offsets_per_trigger
         self._starting_offsets = starting_offsets
-        self.transactional_id = transactional_id(group_id, topic) if exactly_once else None
-        self._producer_config = producer_config
+        self._producer = producer
+        self.transactional_id = None if producer is None else producer.config.transactional_id
         self._stopping = threading.Event()
         self._progress = threading.Condition()
         self._committed: dict[int, int] = {}
@@ -243,13 +254,8 @@ class StreamingQuery:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
-        producer = consumer = None
+        producer, consumer = self._producer, None
         try:
-            if self.transactional_id is not None:
-                producer = self._cluster.producer(
-                    transactional_id=self.transactional_id, **self._producer_config
-                )
-                producer.init_transactions()  # fences an older run, aborts what it left open
             consumer = self._cluster.consumer(
                 group_id=self.group_id,
                 enable_auto_commit=False,
@@ -275,7 +281,7 @@ class StreamingQuery:
             with self._progress:
                 self._progress.notify_all()
 
-    def _resume(self, consumer: Any) -> dict[int, int]:
+    def _resume(self, consumer: Consumer) -> dict[int, int]:
         """Where the query starts: the group's committed offsets, else starting_offsets."""
         starts = offsets.start_offsets(self._cluster, self.topic, self._starting_offsets)
         tps = [TopicPartition(self.topic, p) for p in starts]
@@ -290,8 +296,8 @@ class StreamingQuery:
 
     def _batch(
         self,
-        consumer: Any,
-        producer: Any,
+        consumer: Consumer,
+        producer: Producer | None,
         starts: dict[int, int],
         batch_id: int,
         began: float,
@@ -338,8 +344,8 @@ class StreamingQuery:
         frame: DataFrame,
         batch_id: int,
         commit: dict[TopicPartition, int],
-        consumer: Any,
-        producer: Any,
+        consumer: Consumer,
+        producer: Producer,
     ) -> None:
         """``foreach_batch`` and the batch's offsets as one transaction; aborted (and
         the error raised) when anything fails."""

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import raystream as rs
-from raystream.errors import InvalidRequestError, ProducerFencedError
+from raystream.errors import InvalidConfigError, InvalidRequestError, ProducerFencedError
 from raystream.types import TopicPartition
 
 pytestmark = pytest.mark.slow
@@ -122,6 +122,8 @@ def test_bad_arguments_are_refused(spark: Any, spark_topic: Callable[..., str]) 
         rs.spark.stream(
             spark, topic, "g", print, exactly_once=True, producer_config={"transactional_id": "t"}
         )
+    with pytest.raises(InvalidConfigError, match="acks"):
+        rs.spark.stream(spark, topic, "g", print, exactly_once=True, producer_config={"acks": 1})
 
 
 def test_exactly_once_output_survives_a_failed_batch_a_restart_and_a_zombie(
@@ -169,10 +171,11 @@ def test_exactly_once_output_survives_a_failed_batch_a_restart_and_a_zombie(
     first = start(transform)
     first.process_all_available(timeout_s=300)
     assert first.transactional_id == f"raystream-stream:{group}:{source}"
-    # A restart while the first run is alive: it fences the first (now a zombie) and
-    # resumes where the first run committed.
+    # A restart while the first run is alive: once started it has fenced the first (now
+    # a zombie), and it resumes where the first run committed.
     second = start(transform)
     second.process_all_available(timeout_s=300)
+    assert first.is_active  # idle: it learns of the fence at its next batch
     produce(spark_cluster, source, 60, 40)
     with pytest.raises(ProducerFencedError):
         stopped = first.await_termination(timeout_s=300)
