@@ -69,6 +69,8 @@ from raystream.client.sender import Sender, TopicCache
 from raystream.client.transactions import TransactionManager
 from raystream.config import ProducerConfig
 from raystream.errors import (
+    CommitFailedError,
+    IllegalGenerationError,
     IllegalStateError,
     InvalidRecordError,
     InvalidRequestError,
@@ -76,6 +78,7 @@ from raystream.errors import (
     RaystreamError,
     RaystreamTimeoutError,
     RecordTooLargeError,
+    UnknownMemberIdError,
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC, OffsetAndMetadata, offset_records
@@ -516,15 +519,18 @@ class Producer:
         ``(offset, metadata)`` pair); ``group_id`` is the consumer group, or better the
         consumer's :meth:`~raystream.Consumer.group_metadata`, with which the group
         coordinator first checks that the consumer is still a member of the current
-        generation, so a zombie consumer's offsets never commit (KIP-447). The offsets
+        generation, so a zombie consumer's offsets never commit (KIP-447); the metadata
+        of a consumer outside the membership (one using ``assign()``) is accepted only
+        while the group has no members, the rule of ``Consumer.commit``. The offsets
         are written by this producer, as records of the transaction, to the group's
         ``__consumer_offsets`` partition: they commit or abort with the output.
 
         Raises:
             InvalidTxnStateError: no open transaction.
             InvalidRequestError: a bad offset or group (the message names it).
-            CommitFailedError: the consumer is no longer a member of that generation
-                (the transaction must be aborted).
+            CommitFailedError: the consumer is no longer a member of that generation,
+                or it is outside the membership of a group that has members (the
+                transaction must be aborted).
         """
         txn = self._require_txn("send_offsets_to_transaction")
         txn.require_open("send_offsets_to_transaction")
@@ -540,16 +546,24 @@ class Producer:
         try:
             partition = txn.add_offsets(group)
             self.send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
-            if metadata is not None and metadata.member_id:
+            if metadata is not None:
                 # Checked once the offsets are written, not before: from then on a new
                 # owner's offset fetch waits for this transaction, so a rebalance either
                 # happened before this check (refused here) or sees these offsets.
-                self.cluster.coordinator_call(
-                    "check_txn_offsets", group, metadata.member_id, metadata.generation_id
-                )
+                self._check_txn_offsets(metadata)
         except RaystreamError as error:
             txn.fail(error)
             raise
+
+    def _check_txn_offsets(self, metadata: ConsumerGroupMetadata) -> None:
+        """Ask the group coordinator whether the consumer may commit (KIP-447); its
+        refusal becomes CommitFailedError, as ``Consumer.commit`` raises."""
+        try:
+            self.cluster.coordinator_call(
+                "check_txn_offsets", metadata.group_id, metadata.member_id, metadata.generation_id
+            )
+        except (IllegalGenerationError, UnknownMemberIdError) as error:
+            raise CommitFailedError(str(error)) from None
 
     def commit_transaction(self) -> None:
         """Send everything buffered, then commit the transaction everywhere at once.

@@ -9,6 +9,8 @@ reach it as Arrow through Ray's object store, with no JVM Kafka connector::
     rs.spark.write_topic(totals.selectExpr("CAST(count AS STRING) AS value"), "totals")
     query = rs.spark.stream(spark, "orders", "orders-etl", lambda df, batch_id: ...)
     query.stop()                                          # resumes from its group's offsets
+    rs.spark.stream(spark, "orders", "copy", copy, exactly_once=True)  # write_topic inside
+                                                          # commits with the offsets
     rs.spark.stop()
 
 Offset options are Spark's Kafka source's, shared with ``rs.data``

@@ -1,4 +1,5 @@
-"""``rs.spark.stream``: micro-batches of a topic handed to a function, at least once.
+"""``rs.spark.stream``: micro-batches of a topic handed to a function, at least once or
+exactly once.
 
 Shaped like Structured Streaming's ``foreachBatch``: every trigger the query reads the
 records that arrived since the last batch (at most ``max_offsets_per_trigger`` of them,
@@ -13,6 +14,31 @@ The committed offsets are ordinary consumer-group offsets (``admin.describe_grou
 shows them, ``raystream groups reset-offsets`` moves them). The query commits as a
 consumer outside the group's membership, which the coordinator allows only while the
 group has no members: give the query a group of its own.
+
+Exactly once (``exactly_once=True``), for a batch whose output goes to raystream
+topics through ``rs.spark.write_topic``: each batch is one transaction of the query's
+transactional producer. The query begins it, runs ``foreach_batch`` with every
+``write_topic`` call inside writing through it, adds the batch's end offsets for
+``group_id`` (``send_offsets_to_transaction``, checked like the commits above), and
+commits; on any error it aborts and the query fails. Output and offsets become
+visible together or not at all, so a read_committed reader of the output sees each
+input record's output once however often the query fails, stops and restarts.
+Fencing: the transactional id is derived from the group and the topic
+(:attr:`StreamingQuery.transactional_id`), the same for every run, so a restarted
+query's ``init_transactions`` fences the producer of an older run that is still alive
+(a zombie: its next transaction fails with ProducerFencedError and stops it) and
+aborts the transaction it left open, before the new run reads the group's offsets
+(read_committed, so never offsets a transaction may still replace).
+
+Why one transactional producer on the driver, and not ``write_topic``'s parallel
+writers with a transaction each: a transaction belongs to one producer id and epoch,
+so the writers' transactions would commit one by one, and a failure between two
+commits would leave part of a batch visible with its offsets unmoved (duplicated by
+the retry). The output still leaves the executors as Arrow through RayDP and reaches
+the producer block by block, never collected whole on the driver; what it costs is
+that the driver sends every output byte. Side effects of ``foreach_batch`` other than
+``write_topic`` stay at least once. The input is read as stored (read_uncommitted), so
+records of aborted transactions in the input topic are processed too.
 """
 
 from __future__ import annotations
@@ -26,9 +52,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
+from raystream.client.consumer import Consumer
+from raystream.client.producer import Producer
 from raystream.data import offsets
-from raystream.errors import InvalidRequestError, RaystreamTimeoutError
+from raystream.errors import InvalidRequestError, RaystreamError, RaystreamTimeoutError
 from raystream.spark.context import attachment
+from raystream.spark.sink import writing_through
 from raystream.spark.source import read_topic, release
 from raystream.types import TopicPartition
 
@@ -58,6 +87,8 @@ def stream(
     trigger_interval_ms: int = 1000,
     max_offsets_per_trigger: int | None = None,
     starting_offsets: Any = "latest",
+    exactly_once: bool = False,
+    producer_config: dict[str, Any] | None = None,
 ) -> StreamingQuery:
     """Start a micro-batch query over ``topic``; it runs until stopped or it fails.
 
@@ -73,9 +104,18 @@ def stream(
         max_offsets_per_trigger: records per batch at most (None: all available).
         starting_offsets: where a group with no committed offsets starts: "latest" (as
             Spark's streaming default), "earliest" or a dict ``{partition: offset}``.
+        exactly_once: one transaction per batch, holding what ``foreach_batch`` writes
+            with ``rs.spark.write_topic`` and the batch's offsets (module docstring).
+        producer_config: further :class:`~raystream.Producer` options of the
+            exactly-once query's transactional producer (e.g.
+            ``transaction_timeout_ms``, which a batch must finish within).
+
+    Returns:
+        The running query; with ``exactly_once`` an older run of it is fenced by then.
 
     Raises:
         InvalidRequestError: an argument is invalid (the message names it).
+        InvalidConfigError: an option of ``producer_config`` is invalid.
         UnknownTopicOrPartitionError: no such topic.
     """
     if not isinstance(group_id, str) or not group_id:
@@ -90,8 +130,27 @@ def stream(
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidRequestError(f"{name}={value!r} must be an integer >= {low}")
+    if not isinstance(exactly_once, bool):
+        raise InvalidRequestError(f"exactly_once={exactly_once!r} must be True or False")
+    if producer_config is not None:
+        if not exactly_once:
+            raise InvalidRequestError(
+                "producer_config is for the exactly-once query's producer: "
+                "pass exactly_once=True (write_topic takes producer options otherwise)"
+            )
+        if not isinstance(producer_config, dict) or "transactional_id" in producer_config:
+            raise InvalidRequestError(
+                f"producer_config={producer_config!r} must be a dict of Producer options "
+                "without transactional_id (the query derives it from group_id and topic)"
+            )
     cluster = attachment(spark).cluster
     cluster.topic_metadata(topic, refresh=True)  # an unknown topic fails here, not later
+    producer = None
+    if exactly_once:
+        producer = cluster.producer(
+            transactional_id=transactional_id(group_id, topic), **(producer_config or {})
+        )
+        producer.init_transactions()  # fences an older run, aborts what it left open
     query = StreamingQuery(
         spark,
         topic,
@@ -100,6 +159,7 @@ def stream(
         trigger_interval_ms,
         max_offsets_per_trigger,
         starting_offsets,
+        producer,
     )
     query._thread.start()
     return query
@@ -108,7 +168,9 @@ def stream(
 class StreamingQuery:
     """A running micro-batch query (Structured Streaming's ``StreamingQuery``).
 
-    The batches run on a thread of this process, one at a time, in order.
+    The batches run on a thread of this process, one at a time, in order. An
+    exactly-once query is given its initialized transactional ``producer`` (its
+    ``transactional_id`` is None at least once) and closes it when it stops.
     """
 
     def __init__(
@@ -120,6 +182,7 @@ class StreamingQuery:
         trigger_interval_ms: int,
         max_offsets_per_trigger: int | None,
         starting_offsets: Any,
+        producer: Producer | None,
     ) -> None:
         self._spark = spark
         self._cluster = attachment(spark).cluster
@@ -129,6 +192,8 @@ class StreamingQuery:
         self._interval_s = trigger_interval_ms / 1000
         self._max_offsets = max_offsets_per_trigger
         self._starting_offsets = starting_offsets
+        self._producer = producer
+        self.transactional_id = None if producer is None else producer.config.transactional_id
         self._stopping = threading.Event()
         self._progress = threading.Condition()
         self._committed: dict[int, int] = {}
@@ -189,24 +254,34 @@ class StreamingQuery:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
-        consumer = self._cluster.consumer(group_id=self.group_id, enable_auto_commit=False)
+        producer, consumer = self._producer, None
         try:
+            consumer = self._cluster.consumer(
+                group_id=self.group_id,
+                enable_auto_commit=False,
+                # read_committed: the committed offsets are asked for once no transaction
+                # can replace them any more
+                isolation_level="read_uncommitted" if producer is None else "read_committed",
+            )
             starts = self._resume(consumer)
             batch_id = 0
             while not self._stopping.is_set():
                 began = time.monotonic()
-                if self._batch(consumer, starts, batch_id, began):
+                if self._batch(consumer, producer, starts, batch_id, began):
                     batch_id += 1
                 self._stopping.wait(max(self._interval_s - (time.monotonic() - began), 0))
         except BaseException as error:  # the query's outcome, for await_termination
             logger.exception("stream of %r for group %r failed", self.topic, self.group_id)
             self._error = error
         finally:
-            consumer.close(autocommit=False)
+            if consumer is not None:
+                consumer.close(autocommit=False)
+            if producer is not None:
+                producer.close()
             with self._progress:
                 self._progress.notify_all()
 
-    def _resume(self, consumer: Any) -> dict[int, int]:
+    def _resume(self, consumer: Consumer) -> dict[int, int]:
         """Where the query starts: the group's committed offsets, else starting_offsets."""
         starts = offsets.start_offsets(self._cluster, self.topic, self._starting_offsets)
         tps = [TopicPartition(self.topic, p) for p in starts]
@@ -219,8 +294,18 @@ class StreamingQuery:
             self._committed = dict(starts)
         return starts
 
-    def _batch(self, consumer: Any, starts: dict[int, int], batch_id: int, began: float) -> bool:
-        """Run one batch if records arrived; False when there was nothing to do."""
+    def _batch(
+        self,
+        consumer: Consumer,
+        producer: Producer | None,
+        starts: dict[int, int],
+        batch_id: int,
+        began: float,
+    ) -> bool:
+        """Run one batch if records arrived; False when there was nothing to do.
+
+        With a (transactional) ``producer`` the batch is one transaction of it.
+        """
         bounds = offsets.bounds_of(self._cluster, self.topic)
         for partition, (log_start, _) in bounds.items():
             starts.setdefault(partition, log_start)  # a partition added since
@@ -228,14 +313,19 @@ class StreamingQuery:
         ends = offsets.limit_ends(starts, available, self._max_offsets)
         if ends == starts:
             return False
-        frame = read_topic(self._spark, self.topic, dict(starts), ends)
-        try:
-            self._foreach_batch(frame, batch_id)
-        finally:
-            release(frame)
         # Every partition's offset, moved or not: a partition that got no records yet
         # must resume where this run started it, not at a later run's starting_offsets.
-        consumer.commit({TopicPartition(self.topic, p): end for p, end in ends.items()})
+        commit = {TopicPartition(self.topic, p): end for p, end in ends.items()}
+        frame = read_topic(self._spark, self.topic, dict(starts), ends)
+        try:
+            if producer is None:
+                self._foreach_batch(frame, batch_id)
+            else:
+                self._transact(frame, batch_id, commit, consumer, producer)
+        finally:
+            release(frame)
+        if producer is None:
+            consumer.commit(commit)
         self.last_progress = BatchProgress(
             batch_id,
             dict(starts),
@@ -248,3 +338,36 @@ class StreamingQuery:
             self._committed = dict(starts)
             self._progress.notify_all()
         return True
+
+    def _transact(
+        self,
+        frame: DataFrame,
+        batch_id: int,
+        commit: dict[TopicPartition, int],
+        consumer: Consumer,
+        producer: Producer,
+    ) -> None:
+        """``foreach_batch`` and the batch's offsets as one transaction; aborted (and
+        the error raised) when anything fails."""
+        producer.begin_transaction()
+        try:
+            with writing_through(producer):
+                self._foreach_batch(frame, batch_id)
+            producer.send_offsets_to_transaction(commit, consumer.group_metadata())
+            producer.commit_transaction()
+        except BaseException:
+            try:
+                producer.abort_transaction()
+            except RaystreamError as error:  # e.g. fenced: the next run's init aborts it
+                logger.warning("batch %d of %r: abort failed: %s", batch_id, self.topic, error)
+            raise
+
+
+def transactional_id(group_id: str, topic: str) -> str:
+    """The exactly-once query's transactional id: one per group and topic, whose offsets
+    its transactions commit, so two runs of the same query fence each other.
+
+    Example: ``transactional_id("etl", "orders")`` -> ``"raystream-stream:etl:orders"``
+    (unambiguous: topic names have no ":").
+    """
+    return f"raystream-stream:{group_id}:{topic}"

@@ -9,25 +9,53 @@ would have to join the Ray cluster as a driver of its own (seconds each, and a R
 driver per Spark core) before it could call a leader; the RayDP route stays in Arrow
 from the JVM to the leader, with the same number of copies, and runs the producers as
 ordinary Ray tasks that Ray schedules, retries and accounts for.
+
+Inside an exactly-once batch of ``rs.spark.stream`` (:func:`writing_through` marks it)
+``write_topic`` writes through the query's transactional producer instead: a
+transaction belongs to one producer (one producer id, epoch and sequence per
+partition), so parallel writers cannot share it. The blocks still leave the executors
+as Arrow through RayDP, and the driver fetches them one at a time into ``send_batch``:
+the DataFrame is never collected whole on the driver, at most one Spark partition's
+block is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import ray
+import ray.data
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.functions import col
 from raydp.spark import from_spark_recoverable, release_spark_recoverable
 
+from raystream.client.producer import Producer
 from raystream.data.sink import write_topic as write_dataset
-from raystream.errors import InvalidRecordError
+from raystream.errors import InvalidRecordError, InvalidRequestError
 from raystream.spark.context import attachment
 
 EXTRA_COLUMNS = ("headers", "timestamp")
 """Columns written when the DataFrame has them (Kafka's record headers and timestamp)."""
+
+_transaction: contextvars.ContextVar[Producer | None] = contextvars.ContextVar(
+    "raystream_spark_transaction", default=None
+)
+"""The transactional producer whose open transaction ``write_topic`` writes through."""
+
+
+@contextlib.contextmanager
+def writing_through(producer: Producer) -> Iterator[None]:
+    """Within this block (on this thread or task), ``write_topic`` sends through
+    ``producer``, whose transaction the caller has begun and will commit or abort."""
+    token = _transaction.set(producer)
+    try:
+        yield
+    finally:
+        _transaction.reset(token)
 
 
 def write_topic(
@@ -46,18 +74,32 @@ def write_topic(
     milliseconds) columns are written too when present. Keyed rows go to Kafka's
     murmur2 partition of the key, rows without a key are spread over the partitions.
 
+    Called from the ``foreach_batch`` of an exactly-once ``rs.spark.stream`` query,
+    the rows are written in the batch's transaction (see the module docstring): they
+    become visible to read_committed readers when the batch commits, never if it fails.
+
     Args:
         df: a DataFrame of a session from :func:`raystream.spark.session`.
         topic: an existing topic.
         key_column, value_column: the columns holding keys and values.
         **producer_config: :class:`~raystream.Producer` options; ``acks="all"`` unless
-            given.
+            given. Not inside an exactly-once batch, whose producer is the query's.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic.
         InvalidRecordError: a named or needed column is missing or does not fit the
             topic (the message names it).
+        InvalidRequestError: producer options given inside an exactly-once batch.
+        ProducerFencedError: inside an exactly-once batch, a newer run of the query
+            took over.
     """
+    producer = _transaction.get()
+    if producer is not None and producer_config:
+        raise InvalidRequestError(
+            f"write_topic(..., {', '.join(sorted(producer_config))}=...): inside an "
+            "exactly-once stream batch the query's transactional producer writes; give "
+            "producer options to rs.spark.stream(producer_config=...)"
+        )
     cluster = attachment(df.sparkSession).cluster
     selected = df.select(
         *_columns(cluster.topic_metadata(topic), df.columns, key_column, value_column)
@@ -65,10 +107,24 @@ def write_topic(
     with _quiet_raydp():
         ds = from_spark_recoverable(selected)
     try:
-        return write_dataset(ds, topic, cluster=cluster, **producer_config)
+        if producer is None:
+            return write_dataset(ds, topic, cluster=cluster, **producer_config)
+        return _send_blocks(ds, topic, producer)
     finally:
         with _quiet_raydp():
             release_spark_recoverable(selected)
+
+
+def _send_blocks(ds: ray.data.Dataset, topic: str, producer: Producer) -> int:
+    """Send the dataset's blocks with ``producer``, one block on the driver at a time."""
+    rows = 0
+    for ref in ds.to_arrow_refs():
+        table = ray.get(ref)
+        if table.num_rows:
+            producer.send_batch(topic, table)
+            rows += table.num_rows
+        del table  # freed before the next block arrives
+    return rows
 
 
 @contextlib.contextmanager

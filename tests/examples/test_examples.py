@@ -52,3 +52,13 @@ def test_ml_pipeline_scores_every_transaction(tmp_path: Path) -> None:
     assert "scored 20000 transactions" in out
     flagged = int(out.split(" flagged")[0].rsplit(", ", 1)[-1])
     assert 0 < flagged < 20000
+
+
+@pytest.mark.slow
+def test_consumer_group_actors_count_every_click_once(tmp_path: Path) -> None:
+    out = run_example("consumer_group_actors.py", tmp_path)
+    members = [line for line in out.splitlines() if line.startswith("member ")]
+    assert len(members) == 4 and all("partitions []" not in line for line in members)
+    per_user = [line for line in out.splitlines() if line.startswith("user-")]
+    assert sorted(per_user) == [f"user-{i}: 1250 clicks" for i in range(8)]
+    assert "10000 clicks counted, 10000 in topic 'clicks'" in out

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from raystream.errors import (
+    CommitFailedError,
     InvalidRequestError,
     InvalidTxnStateError,
     ProducerFencedError,
@@ -185,3 +186,36 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
     producer.close()
     assert read_all(shared_cluster, topic, "read_committed") == []
     assert read_all(shared_cluster, topic, "read_uncommitted") == [b"forgotten"]
+
+
+def test_offsets_of_a_consumer_outside_the_membership_commit_only_in_an_empty_group(
+    shared_cluster, make_topic, txn_id, transactional
+) -> None:
+    source = make_topic()
+    tp = TopicPartition(source, 0)
+    group = f"g-{txn_id()}"
+    member = shared_cluster.consumer(
+        source, group_id=group, enable_auto_commit=False, session_timeout_ms=30_000
+    )
+    deadline = time.monotonic() + 30
+    while not member.assignment():
+        assert time.monotonic() < deadline, "the member never got its partition"
+        member.poll(timeout_ms=200)
+    outsider = shared_cluster.consumer(group_id=group, enable_auto_commit=False)
+    outsider.assign([tp])
+    producer = transactional(shared_cluster)
+    producer.begin_transaction()
+    with pytest.raises(CommitFailedError, match="active members"):
+        producer.send_offsets_to_transaction({tp: 3}, outsider.group_metadata())
+    producer.abort_transaction()
+    member.close(autocommit=False)  # leaves: the group is empty now
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction({tp: 3}, outsider.group_metadata())
+    producer.commit_transaction()
+    producer.close()
+    with shared_cluster.consumer(
+        group_id=group, enable_auto_commit=False, isolation_level="read_committed"
+    ) as reader:
+        reader.assign([tp])
+        assert reader.committed(tp) == 3
+    outsider.close(autocommit=False)
