@@ -26,6 +26,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
+from raystream.actors.liveness import is_down
 from raystream.actors.replica import ReplicaActor
 from raystream.actors.txn_coordinator import (
     TRANSACTION_COORDINATOR_NAME,
@@ -73,24 +74,6 @@ SLOW_PING_STRIKES = 3
 """Unanswered pings in a row before a replica that Ray reports alive counts as dead; a
 ping that fails, or an actor that Ray is restarting, counts at once, which is what
 makes failover fast."""
-DOWN_STATES = frozenset({"RESTARTING", "DEAD"})
-
-
-def actor_state(handle: Any) -> str | None:
-    """Ray's state of an actor ("ALIVE", "RESTARTING", "DEAD", ...), None if unknown.
-
-    Read from the GCS actor table through ``ray._private.state``: the public
-    ``ray.util.state`` API needs the dashboard, which embedded clusters do not start.
-    A call to a restarting actor neither answers nor fails until the restart is done,
-    so without this a killed leader would be noticed only after several missed pings.
-    """
-    from ray._private import state
-
-    try:
-        info = state.actors(actor_id=handle._actor_id.hex())
-    except Exception:  # the lookup is an optimisation; missed pings still count
-        return None
-    return info.get("State") if isinstance(info, dict) else None
 
 
 def _ping_failed(ref: Any) -> bool:
@@ -400,7 +383,7 @@ class Controller:
         down = {
             key
             for key, ref in pings.items()
-            if ref in unanswered and actor_state(handles[key]) in DOWN_STATES
+            if ref in unanswered and is_down(handles[key]._actor_id.hex())
         }
         waiting = [ref for key, ref in pings.items() if ref in unanswered and key not in down]
         if waiting:

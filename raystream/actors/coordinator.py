@@ -38,6 +38,7 @@ from typing import Any
 
 import ray
 
+from raystream.actors.liveness import is_down
 from raystream.errors import (
     GroupIdNotFoundError,
     InvalidRequestError,
@@ -63,6 +64,8 @@ logger = logging.getLogger(__name__)
 
 COORDINATOR_NAME = "raystream-group-coordinator"
 TICK_S = 0.1
+CRASH_CHECK_AFTER_S = 0.5
+"""Silence after which a member in a Ray actor is looked up in Ray's actor table."""
 METADATA_CHECK_S = 2.0
 """How often stable groups look for new partitions of their topics."""
 
@@ -194,9 +197,12 @@ class GroupCoordinator:
         owned_generation: int,
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
+        actor_id: str | None = None,
     ) -> Result:
         """Join (or rejoin) a group; answers once the rebalance gives an assignment.
 
+        ``actor_id``: the Ray actor the member runs in, if any; a crash of that actor
+        evicts the member as soon as Ray reports it, not a session timeout later.
         The answer's value is an :class:`~raystream.groups.group.Assigned`.
         """
         try:
@@ -215,6 +221,7 @@ class GroupCoordinator:
                 session_timeout_ms / 1000,
                 rebalance_timeout_ms / 1000,
                 time.monotonic(),
+                actor_id,
             )
             if not outcome.wait:
                 if outcome.member_id != old_member:  # a static member came back
@@ -401,6 +408,7 @@ class GroupCoordinator:
                     for member_id in group.expire(now):
                         logger.info("group %s: session of %s expired", group.group_id, member_id)
                         self._fail_waiter(group.group_id, member_id)
+                    await self._evict_crashed(group, now)
                     if group.ready(now):
                         await self._maybe_complete(group)
                 if now >= next_metadata_check:
@@ -408,6 +416,18 @@ class GroupCoordinator:
                     await self._check_partition_counts()
             except Exception:  # the loop must survive anything; logged
                 logger.exception("group coordinator tick failed")
+
+    async def _evict_crashed(self, group: Group, now: float) -> None:
+        """Evict members whose Ray actor crashed (see :meth:`Group.silent_actors`)."""
+        silent = group.silent_actors(now, CRASH_CHECK_AFTER_S)
+        if not silent:
+            return
+        crashed = await asyncio.to_thread(
+            lambda: [member for member, actor in silent.items() if is_down(actor)]
+        )
+        for member_id in group.evict(crashed, time.monotonic()):
+            logger.info("group %s: member %s crashed (Ray)", group.group_id, member_id)
+            self._fail_waiter(group.group_id, member_id)
 
     async def _check_partition_counts(self) -> None:
         stable = [g for g in self._store.groups.values() if g.state == STABLE and g.members]

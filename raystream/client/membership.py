@@ -109,6 +109,9 @@ class GroupMembership:
         self._commits: list[tuple[Any, dict[TopicPartition, int], CommitCallback | None]] = []
         self._stop = threading.Event()
         self._heartbeats: threading.Thread | None = None
+        # A member inside a Ray actor tells the coordinator which one, so that a crash
+        # of the actor moves its partitions as soon as Ray reports it.
+        self._actor_id: str | None = ray.get_runtime_context().get_actor_id()
 
     # ------------------------------------------------------------- the protocol
 
@@ -164,6 +167,7 @@ class GroupMembership:
             self.generation,
             self.session_timeout_ms,
             int(self.max_poll_interval_s * 1000),
+            self._actor_id,
         )
 
     def _complete_join(self) -> None:

@@ -61,7 +61,9 @@ class Member:
 
     ``joined`` says whether the member has (re)joined during the rebalance in progress;
     ``owned`` / ``owned_generation`` are what it reported holding when it joined (the
-    sticky assignors keep them where balance allows).
+    sticky assignors keep them where balance allows). ``actor_id`` is the Ray actor the
+    member runs in, if any: the coordinator can ask Ray whether it crashed rather than
+    wait out the session.
     """
 
     member_id: str
@@ -76,6 +78,7 @@ class Member:
     owned_generation: int = NO_GENERATION
     assignment: list[TopicPartition] = field(default_factory=list)
     joined: bool = True
+    actor_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The durable part (what a restarted coordinator needs), JSON-ready."""
@@ -88,6 +91,7 @@ class Member:
             "session_timeout_s": self.session_timeout_s,
             "rebalance_timeout_s": self.rebalance_timeout_s,
             "assignment": [list(tp) for tp in self.assignment],
+            "actor_id": self.actor_id,
         }
 
     @classmethod
@@ -104,6 +108,7 @@ class Member:
             rebalance_timeout_s=data["rebalance_timeout_s"],
             last_seen=now,
             assignment=assignment,
+            actor_id=data.get("actor_id"),
         )
 
 
@@ -157,11 +162,13 @@ class Group:
         session_timeout_s: float,
         rebalance_timeout_s: float,
         now: float,
+        actor_id: str | None = None,
     ) -> JoinOutcome:
         """Admit a (re)joining member; the outcome says whether to wait for the rebalance.
 
         ``member_id`` is "" for a member joining for the first time (or after it was
-        evicted); the answer gives it its id.
+        evicted); the answer gives it its id. ``actor_id``: the Ray actor the member
+        runs in, if any (see :meth:`silent_actors`).
 
         Raises:
             UnknownMemberIdError: ``member_id`` is not "" and not a member (evicted).
@@ -184,7 +191,7 @@ class Group:
                 "rejoin as a new member"
             )
         if not member_id and static is not None:
-            return self._static_rejoin(static, client_id, topics, strategies, now)
+            return self._static_rejoin(static, client_id, topics, strategies, now, actor_id)
         if not member_id:
             member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
             self.members[member_id] = Member(
@@ -198,6 +205,7 @@ class Group:
                 now,
                 owned,
                 owned_generation,
+                actor_id=actor_id,
             )
             if self.state != PREPARING_REBALANCE:
                 self._prepare_rebalance(now, joining=member_id)
@@ -216,6 +224,7 @@ class Group:
         )
         member.last_seen = now
         member.joined = True
+        member.actor_id = actor_id
         if self.state == STABLE and not changed:
             return JoinOutcome(member_id, wait=False)  # nothing new: its assignment stands
         if self.state != PREPARING_REBALANCE:
@@ -248,6 +257,30 @@ class Group:
         """
         self._member(member_id)
         self._remove([member_id], now)
+
+    def silent_actors(self, now: float, after_s: float) -> dict[str, str]:
+        """Members in Ray actors not heard from for ``after_s``: member id -> actor id.
+
+        A live member heartbeats every few hundred milliseconds; one that has been
+        silent longer may have crashed, which Ray can confirm long before its session
+        times out. The coordinator asks, and calls :meth:`evict` for the crashed.
+        Static members are left out: their partitions wait for them (the point of a
+        ``group_instance_id``) until the session times out.
+        """
+        return {
+            m.member_id: m.actor_id
+            for m in self.members.values()
+            if m.actor_id is not None
+            and m.group_instance_id is None
+            and now - m.last_seen > after_s
+        }
+
+    def evict(self, member_ids: Iterable[str], now: float) -> list[str]:
+        """Remove members known to have crashed; returns those that were members."""
+        gone = [member_id for member_id in member_ids if member_id in self.members]
+        if gone:
+            self._remove(gone, now)
+        return gone
 
     def expire(self, now: float) -> list[str]:
         """Remove members whose session timed out; returns their ids."""
@@ -432,11 +465,13 @@ class Group:
         topics: frozenset[str],
         strategies: tuple[str, ...],
         now: float,
+        actor_id: str | None,
     ) -> JoinOutcome:
         """A static member is back with a new id: fence the old id, keep its place."""
         del self.members[old.member_id]
         member_id = f"{client_id or 'consumer'}-{uuid.uuid4().hex[:12]}"
         old.member_id, old.client_id, old.last_seen = member_id, client_id, now
+        old.actor_id = actor_id
         self.members[member_id] = old
         if self.leader not in self.members:
             self.leader = member_id

@@ -235,6 +235,47 @@ def test_a_static_member_restart_gets_its_partitions_back_without_a_rebalance(
     assert b.assignment() | back.assignment() == {TopicPartition(topic, p) for p in range(4)}
 
 
+@ray.remote(num_cpus=0)
+class _ActorMember:
+    """A group consumer living in a Ray actor, polling on a thread of its own."""
+
+    def __init__(self, cluster: Any, topic: str, group_id: str) -> None:
+        self.consumer = cluster.consumer(
+            topic, group_id=group_id, auto_offset_reset="earliest", **LONG_SESSION
+        )
+        self.owned: list[int] = []
+        threading.Thread(target=self._poll, daemon=True).start()
+
+    def _poll(self) -> None:
+        while True:
+            self.consumer.poll(timeout_ms=50)
+            self.owned = sorted(tp.partition for tp in self.consumer.assignment())
+
+    def partitions(self) -> list[int]:
+        return self.owned
+
+
+LONG_SESSION = {"session_timeout_ms": 60_000, "heartbeat_interval_ms": 200}
+
+
+def test_a_member_whose_actor_crashed_loses_its_partitions_before_its_session_ends(
+    shared_cluster, make_topic, consumers
+):
+    """Ray reports the crash: the partitions move in seconds, not a session (60 s) later."""
+    topic = make_topic(partitions=4)
+    actor = _ActorMember.remote(shared_cluster, topic, "crash")
+    survivor = consumers(topic, group_id="crash", **LONG_SESSION)
+    drive(
+        [survivor],
+        lambda: len(survivor.assignment()) == 2 and len(ray.get(actor.partitions.remote())) == 2,
+        timeout_s=60,
+    )
+    ray.kill(actor, no_restart=True)
+    killed = time.monotonic()
+    drive([survivor], lambda: len(survivor.assignment()) == 4, timeout_s=30)
+    assert time.monotonic() - killed < 20  # the session would have lasted 60 s
+
+
 def test_new_partitions_are_shared_out(shared_cluster, make_topic, consumers):
     topic = make_topic(partitions=2)
     members = [consumers(topic, group_id="grow") for _ in range(2)]

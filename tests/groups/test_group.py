@@ -43,6 +43,7 @@ def join(group, member_id="", now=0.0, *, owned=(), instance=None, strategies=("
         kw.get("session", 10.0),
         kw.get("rebalance", 30.0),
         now,
+        kw.get("actor_id"),
     )
 
 
@@ -146,6 +147,21 @@ def test_a_static_member_that_comes_back_keeps_its_partitions_without_a_rebalanc
     with pytest.raises(FencedInstanceIdError, match="pod-a"):
         join(group, a.member_id, now=6.0, instance="pod-a")
     assert b.member_id in group.members
+
+
+def test_silent_members_in_ray_actors_are_candidates_for_eviction_static_ones_are_not():
+    group = Group("g")
+    a = join(group, actor_id="actor-a").member_id
+    b = join(group, actor_id="actor-b", instance="b-static").member_id
+    c = join(group).member_id  # not in an actor: only its session can time out
+    settle(group)
+    assert group.silent_actors(now=0.4, after_s=0.5) == {}
+    group.heartbeat(a, group.generation, now=0.9)
+    assert group.silent_actors(now=1.0, after_s=0.5) == {}  # a heard from 0.1 s ago
+    assert group.silent_actors(now=1.5, after_s=0.5) == {a: "actor-a"}
+    assert group.evict([a, "not-a-member"], now=1.5) == [a]
+    assert set(group.members) == {b, c} and group.state == PREPARING_REBALANCE
+    assert group.evict([a], now=1.6) == []  # already gone: nothing happens
 
 
 def test_cooperative_members_revoke_then_the_follow_up_rebalance_hands_partitions_over():
