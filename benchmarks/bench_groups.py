@@ -119,11 +119,12 @@ def rebalance_times(cluster: rs.Cluster, topic: str, kills: int) -> list[float]:
                 time.sleep(0.2)
             victim = group.members[0]
             owned = {tp.partition for tp in statuses[0]["assignment"]}
+            victim_pid = statuses[0]["pid"]
             killed = time.time()
             ray.kill(victim, no_restart=False)
             time.sleep(0.5)
             while True:
-                seen = consumed_after(directory, killed)
+                seen = consumed_after(directory, killed, exclude_pid=victim_pid)
                 if owned <= set(seen):
                     times.append(max(seen[p] for p in owned) - killed)
                     break
@@ -139,10 +140,13 @@ def rebalance_times(cluster: rs.Cluster, topic: str, kills: int) -> list[float]:
     return times
 
 
-def consumed_after(directory: str, since: float) -> dict[int, float]:
-    """The first time after ``since`` that each partition was consumed, any member."""
+def consumed_after(directory: str, since: float, exclude_pid: int) -> dict[int, float]:
+    """The first time after ``since`` that each partition was consumed, by any member
+    but the killed process (its last batch may be stamped just after the kill)."""
     first: dict[int, float] = {}
     for path in glob.glob(os.path.join(directory, "*.txt")):
+        if os.path.basename(path) == f"{exclude_pid}.txt":
+            continue
         with open(path) as f:
             for line in f:
                 partition, at = line.split()

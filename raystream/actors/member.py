@@ -8,9 +8,17 @@ whoever owns the partition next, never skips it). When the function raises, the 
 is not committed; the member seeks back and tries again after a pause, so a record is
 never passed over because of a transient error.
 
+Commits do not hold the loop up: a commit is sent without waiting, at most one at a
+time (a later one covers everything an earlier one would have, and one in flight at a
+time keeps them in order), and the next batch is processed meanwhile. On stop the
+member waits for its last commit. A crash loses at most the commits in flight: their
+batches are read again by the partition's next owner (at-least-once still).
+
 Ray restarts a crashed member (``max_restarts=-1``): it rejoins the group as a new
-member, while the group has already moved the dead member's partitions once its
-session timed out.
+member, while the group has already moved the dead member's partitions: the
+coordinator learns of the crash from Ray (see
+:meth:`~raystream.groups.group.Group.silent_actors`), or else when its session times
+out.
 
 Exactly-once mode (an ``output_topic`` and a ``transactional_id``): the function
 returns the batch's output (a ``pyarrow.Table`` for ``Producer.send_batch``, or None),
@@ -26,6 +34,7 @@ transaction is aborted, and a fenced member stops.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import traceback
 from collections.abc import Callable
@@ -94,6 +103,8 @@ class GroupMember:
         self._failures = 0
         self._last_error: str | None = None
         self._assignment: list[TopicPartition] = []
+        self._uncommitted = False  # processed batches whose offsets were not committed
+        self._committing = False  # a commit is in flight
         self._thread = threading.Thread(target=self._run, name="raystream-member", daemon=True)
         self._thread.start()
 
@@ -108,6 +119,11 @@ class GroupMember:
             except Exception:  # the loop survives: the error is kept for status()
                 self._failed(traceback.format_exc(limit=3))
                 self._stop.wait(RETRY_BACKOFF_S)
+        if self._uncommitted or self._committing:
+            try:
+                consumer.commit()  # after the one in flight: positions only grow
+            except Exception as error:  # their next owner reads them again
+                logger.info("member's last commit failed: %s", error)
         consumer.close(autocommit=False)
         if self._producer is not None:
             self._producer.close()
@@ -125,6 +141,7 @@ class GroupMember:
         with self._lock:
             self._assignment = sorted(consumer.assignment())
         if not rows:
+            self._commit(consumer)
             return
         if self._producer is not None:
             self._transact(consumer, batch, starts)
@@ -141,13 +158,27 @@ class GroupMember:
                     consumer.seek(tp, offset)
             self._stop.wait(RETRY_BACKOFF_S)
             return
-        try:
-            consumer.commit()
-        except CommitFailedError as error:  # the partitions moved; their owner re-reads
-            logger.info("member commit refused after a rebalance: %s", error)
+        self._uncommitted = True
+        self._commit(consumer)
         with self._lock:
             self._processed += rows
             self._batches += 1
+
+    def _commit(self, consumer: Any) -> None:
+        """Commit the positions of processed batches, unless a commit is in flight (its
+        answer, taken in by a later poll, lets the next one go)."""
+        if not self._uncommitted or self._committing:
+            return
+        self._uncommitted, self._committing = False, True
+        consumer.commit_async(callback=self._committed)
+
+    def _committed(self, offsets: dict[TopicPartition, Any], error: Exception | None) -> None:
+        self._committing = False
+        if isinstance(error, CommitFailedError):  # the partitions moved; their owner re-reads
+            logger.info("member commit refused after a rebalance: %s", error)
+        elif error is not None:  # try again with the next commit
+            logger.info("member commit failed, retried with the next: %s", error)
+            self._uncommitted = True
 
     def _transact(self, consumer: Any, batch: Any, starts: dict[TopicPartition, int]) -> None:
         """One batch as one transaction: output, offsets, commit; abort and seek back
@@ -191,9 +222,11 @@ class GroupMember:
             self._last_error = error
 
     def status(self) -> dict[str, Any]:
-        """Records and batches processed, failures, the last error, and the assignment."""
+        """Records and batches processed, failures, the last error, the assignment, and
+        the member's process id."""
         with self._lock:
             return {
+                "pid": os.getpid(),
                 "processed": self._processed,
                 "batches": self._batches,
                 "failures": self._failures,

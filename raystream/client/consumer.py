@@ -800,12 +800,15 @@ class Consumer:
         callback: CommitCallback | None = None,
     ) -> None:
         """Commit like :meth:`commit` without waiting; ``callback(offsets, error)`` runs
-        on this thread during a later ``poll()`` (or ``close()``); error is None on success."""
+        on this thread during a later ``poll()`` (or ``close()``); error is None on success.
+        With nothing to commit it runs at once (``offsets`` empty), as in Kafka."""
         group = self._require_group("commit_async")
         self._settle(stop=False)
         offsets = self._checked_offsets(offsets, "commit_async")
         if offsets:
             group.commit_async(offsets, callback)
+        elif callback is not None:
+            callback({}, None)
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of ``tp`` (None if none), asked of the coordinator."""
