@@ -97,6 +97,8 @@ class Attachment:
 _attachments: weakref.WeakKeyDictionary[SparkSession, Attachment] = weakref.WeakKeyDictionary()
 _started: SparkSession | None = None
 """The session :func:`session` started (RayDP runs one Spark per process)."""
+_started_on: str | None = None
+"""The Ray node (of this driver) that Spark was started on: its executors live there."""
 
 
 def session(
@@ -132,7 +134,7 @@ def session(
         IllegalStateError: Spark is already running for another cluster (or was started
             by RayDP directly), or no Java runtime is found.
     """
-    global _started
+    global _started, _started_on
     for name, value in (("num_executors", num_executors), ("executor_cores", executor_cores)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidConfigError(f"{name}={value!r} must be an integer >= 1")
@@ -172,15 +174,17 @@ def session(
         raise
     _attachments[spark] = Attachment(cluster)
     _started = spark
+    _started_on = _ray_node()
     return spark
 
 
 def stop() -> None:
     """Stop the Spark session :func:`session` started and free its topic snapshots.
 
-    Idempotent: does nothing when no session is running. If Ray was shut down first,
-    Spark's executors and JVM went with it: what is left is cleared with a warning, so
-    a later :func:`session` can start afresh.
+    Idempotent: does nothing when no session is running. If the Ray that Spark ran on
+    was shut down first (even if another Ray runs now), Spark's executors and JVM went
+    with it: what is left is cleared with a warning, so a later :func:`session` can
+    start afresh.
     """
     global _started
     if _started is None:
@@ -190,9 +194,14 @@ def stop() -> None:
     try:
         raydp.stop_spark()
     except Exception as error:
-        if ray.is_initialized():
+        if _ray_node() == _started_on:
             raise
         logger.warning("Spark stopped after the Ray it ran on was shut down: %s", error)
+
+
+def _ray_node() -> str | None:
+    """This driver's Ray node id; None without Ray. A new Ray has new node ids."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def attachment(spark: SparkSession) -> Attachment:
