@@ -40,6 +40,9 @@ from raystream.protocol import EARLIEST_TIMESTAMP as EARLIEST
 from raystream.protocol import LATEST_TIMESTAMP as LATEST
 from raystream.types import TopicPartition
 
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+
 NAMED = {"earliest": EARLIEST, "latest": LATEST}
 
 
@@ -56,6 +59,7 @@ class PartitionRange:
     start: int
     end: int
     leader_node: str | None = None
+    isolation_level: str = READ_UNCOMMITTED
 
 
 def parse_offsets(spec: Any, topic: str, partitions: int, option: str) -> dict[int, int]:
@@ -172,39 +176,62 @@ def limit_ends(
     return limited
 
 
-def bounds_of(cluster: Any, topic: str) -> dict[int, tuple[int, int]]:
-    """(log start offset, high watermark) of every partition of ``topic``, asked of the
-    leaders (retrying while leadership moves).
+def bounds_of(
+    cluster: Any, topic: str, isolation_level: str = READ_UNCOMMITTED
+) -> dict[int, tuple[int, int]]:
+    """(log start offset, end) of every partition of ``topic``, asked of the leaders
+    (retrying while leadership moves). The end is the high watermark, or the last
+    stable offset for ``read_committed`` (records of open transactions wait).
 
     Raises:
         UnknownTopicOrPartitionError: the topic does not exist.
+        InvalidRequestError: an unknown isolation level.
     """
+    check_isolation(isolation_level)
     metadata = cluster.topic_metadata(topic, refresh=True)
     tps = [TopicPartition(topic, p.partition) for p in metadata.partitions]
-    with cluster.consumer(enable_auto_commit=False) as consumer:
+    with cluster.consumer(enable_auto_commit=False, isolation_level=isolation_level) as consumer:
         starts = consumer.beginning_offsets(tps)
         ends = consumer.end_offsets(tps)
     return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
 
 
-def start_offsets(cluster: Any, topic: str, starting_offsets: Any) -> dict[int, int]:
+def check_isolation(isolation_level: Any) -> None:
+    """Refuse anything but Kafka's two isolation levels, naming the bad value."""
+    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise InvalidRequestError(
+            f"isolation_level={isolation_level!r} must be {READ_UNCOMMITTED!r} or "
+            f"{READ_COMMITTED!r}"
+        )
+
+
+def start_offsets(
+    cluster: Any, topic: str, starting_offsets: Any, isolation_level: str = READ_UNCOMMITTED
+) -> dict[int, int]:
     """Where reading each partition of ``topic`` starts (see the module docstring)."""
-    bounds = bounds_of(cluster, topic)
+    bounds = bounds_of(cluster, topic, isolation_level)
     named = parse_offsets(starting_offsets, topic, len(bounds), "starting_offsets")
     return resolve(named, EARLIEST, bounds, topic, "starting_offsets")
 
 
 def plan(
-    cluster: Any, topic: str, starting_offsets: Any, ending_offsets: Any
+    cluster: Any,
+    topic: str,
+    starting_offsets: Any,
+    ending_offsets: Any,
+    isolation_level: str = READ_UNCOMMITTED,
 ) -> list[PartitionRange]:
     """The range of every partition of ``topic`` to read, in partition order.
+
+    With ``read_committed`` "latest" is the last stable offset and the ranges skip
+    the records of aborted transactions when read.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic, or a partition it lacks is named.
         InvalidRequestError: an option is malformed, or a start lies past its end.
         OffsetOutOfRangeError: an explicit offset lies outside its partition's log.
     """
-    bounds = bounds_of(cluster, topic)
+    bounds = bounds_of(cluster, topic, isolation_level)
     count = len(bounds)
     starts = resolve(
         parse_offsets(starting_offsets, topic, count, "starting_offsets"),
@@ -228,7 +255,9 @@ def plan(
             raise InvalidRequestError(
                 f"{topic}-{partition}: starting offset {start} is past ending offset {end}"
             )
-        ranges.append(PartitionRange(topic, partition, start, end, nodes.get(partition)))
+        ranges.append(
+            PartitionRange(topic, partition, start, end, nodes.get(partition), isolation_level)
+        )
     return ranges
 
 

@@ -10,9 +10,12 @@ restarting) refresh the topic's metadata and retry from the same offset until
 ``request_timeout_s`` has passed.
 
 A fetch never returns offsets at or past the high watermark, and ``end`` is at most the
-high watermark when the read was planned, so the read is a snapshot. A compacted log
-may have no records left at the end of the range: a fetch that comes back empty ends
-the read.
+high watermark when the read was planned, so the read is a snapshot. Fetches use the
+range's isolation level: ``read_committed`` reads leave out the records of aborted
+transactions (and every read leaves out transaction markers), so a fetch can come back
+empty in the middle of a range; the read goes on from the offset the leader says it
+examined up to. A compacted log may have no records left at the end of the range: a
+fetch that comes back empty with nothing further examined ends the read.
 """
 
 from __future__ import annotations
@@ -61,10 +64,14 @@ def read_range(
     size = 0
     ref = fetch.send(offset)
     while True:
-        table = fetch.receive(ref, offset)
+        table, after = fetch.receive(ref, offset)
         offsets = table.column("offset").to_numpy()
         keep = int(np.searchsorted(offsets, part.end))  # the rows below the end
         if keep == 0:
+            if len(offsets) == 0 and offset < after < part.end:
+                offset = after  # markers or aborted records only: read on past them
+                ref = fetch.send(offset)
+                continue
             break  # compaction removed the rest of the range
         offset = int(offsets[keep - 1]) + 1
         done = keep < len(offsets) or offset >= part.end
@@ -95,10 +102,13 @@ class _Fetch:
         metadata = self.cluster.topic_metadata(self.part.topic).partitions[self.part.partition]
         if metadata.leader_handle is None:
             return None
-        return metadata.leader_handle.fetch.remote(offset, FETCH_MAX_BYTES, 0)
+        return metadata.leader_handle.fetch.remote(
+            offset, FETCH_MAX_BYTES, 0, 1, self.part.isolation_level
+        )
 
-    def receive(self, ref: Any, offset: int) -> pa.Table:
-        """The records of the fetch ``ref`` sent for ``offset``, retrying it if needed."""
+    def receive(self, ref: Any, offset: int) -> tuple[pa.Table, int]:
+        """The records of the fetch ``ref`` sent for ``offset`` and the offset the leader
+        examined up to (see :meth:`FetchResponse.decode`), retrying the fetch if needed."""
         deadline = time.monotonic() + self.timeout_s
         name = f"{self.part.topic}-{self.part.partition}"
         while True:
@@ -110,7 +120,7 @@ class _Fetch:
             except RaystreamError as failure:
                 error = failure
             if error is None:
-                return response.records
+                return response.decode()
             if not error.retriable:
                 raise error
             if time.monotonic() >= deadline:

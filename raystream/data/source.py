@@ -36,6 +36,7 @@ def read_topic(
     topic: str,
     starting_offsets: Any = "earliest",
     ending_offsets: Any = "latest",
+    isolation_level: str = "read_uncommitted",
 ) -> ray.data.Dataset:
     """The records of ``topic`` between the two offset options, as a Ray Dataset.
 
@@ -45,14 +46,17 @@ def read_topic(
         starting_offsets, ending_offsets: "earliest", "latest", a dict
             ``{partition: offset}`` (-2 earliest, -1 latest) or Spark's JSON form; the
             end is exclusive (see :mod:`raystream.data.offsets`).
+        isolation_level: "read_uncommitted" (every record below the high watermark)
+            or "read_committed" (up to the last stable offset, without the records of
+            aborted transactions), as a Kafka consumer's.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic, or an option names a partition it
             lacks.
-        InvalidRequestError: an offset option is malformed.
+        InvalidRequestError: an offset option or the isolation level is malformed.
         OffsetOutOfRangeError: an explicit offset lies outside its partition's log.
     """
-    ranges = offsets.plan(cluster, topic, starting_offsets, ending_offsets)
+    ranges = offsets.plan(cluster, topic, starting_offsets, ending_offsets, isolation_level)
     empty = empty_fetch(cluster.topic_metadata(topic).record_schema)
     schema = to_user_table(empty, topic, 0).schema
     return ray.data.read_datasource(TopicDatasource(cluster, ranges, schema))

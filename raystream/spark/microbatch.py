@@ -37,8 +37,10 @@ commits would leave part of a batch visible with its offsets unmoved (duplicated
 the retry). The output still leaves the executors as Arrow through RayDP and reaches
 the producer block by block, never collected whole on the driver; what it costs is
 that the driver sends every output byte. Side effects of ``foreach_batch`` other than
-``write_topic`` stay at least once. The input is read as stored (read_uncommitted), so
-records of aborted transactions in the input topic are processed too.
+``write_topic`` stay at least once. The input is read read_committed: batches end at
+the last stable offset and leave out the records of aborted transactions, so input
+written by transactional producers counts once too. (An at-least-once query reads
+read_uncommitted, as Spark's Kafka source does by default.)
 """
 
 from __future__ import annotations
@@ -194,6 +196,7 @@ class StreamingQuery:
         self._starting_offsets = starting_offsets
         self._producer = producer
         self.transactional_id = None if producer is None else producer.config.transactional_id
+        self._isolation = offsets.READ_UNCOMMITTED if producer is None else offsets.READ_COMMITTED
         self._stopping = threading.Event()
         self._progress = threading.Condition()
         self._committed: dict[int, int] = {}
@@ -235,7 +238,8 @@ class StreamingQuery:
             RaystreamTimeoutError: not done within ``timeout_s``.
             Exception: the error that stopped the query.
         """
-        target = {p: high for p, (_, high) in offsets.bounds_of(self._cluster, self.topic).items()}
+        bounds = offsets.bounds_of(self._cluster, self.topic, self._isolation)
+        target = {p: high for p, (_, high) in bounds.items()}
         deadline = time.monotonic() + timeout_s
         with self._progress:
             while not all(self._committed.get(p, -1) >= end for p, end in target.items()):
@@ -283,7 +287,9 @@ class StreamingQuery:
 
     def _resume(self, consumer: Consumer) -> dict[int, int]:
         """Where the query starts: the group's committed offsets, else starting_offsets."""
-        starts = offsets.start_offsets(self._cluster, self.topic, self._starting_offsets)
+        starts = offsets.start_offsets(
+            self._cluster, self.topic, self._starting_offsets, self._isolation
+        )
         tps = [TopicPartition(self.topic, p) for p in starts]
         consumer.assign(tps)
         for tp in tps:
@@ -306,7 +312,7 @@ class StreamingQuery:
 
         With a (transactional) ``producer`` the batch is one transaction of it.
         """
-        bounds = offsets.bounds_of(self._cluster, self.topic)
+        bounds = offsets.bounds_of(self._cluster, self.topic, self._isolation)
         for partition, (log_start, _) in bounds.items():
             starts.setdefault(partition, log_start)  # a partition added since
         available = {p: max(high, starts[p]) for p, (_, high) in bounds.items()}
@@ -316,7 +322,7 @@ class StreamingQuery:
         # Every partition's offset, moved or not: a partition that got no records yet
         # must resume where this run started it, not at a later run's starting_offsets.
         commit = {TopicPartition(self.topic, p): end for p, end in ends.items()}
-        frame = read_topic(self._spark, self.topic, dict(starts), ends)
+        frame = read_topic(self._spark, self.topic, dict(starts), ends, self._isolation)
         try:
             if producer is None:
                 self._foreach_batch(frame, batch_id)

@@ -43,6 +43,7 @@ def read_topic(
     topic: str,
     starting_offsets: Any = "earliest",
     ending_offsets: Any = "latest",
+    isolation_level: str = "read_uncommitted",
 ) -> DataFrame:
     """The records of ``topic`` between the two offset options, as a DataFrame.
 
@@ -59,17 +60,21 @@ def read_topic(
         starting_offsets, ending_offsets: "earliest", "latest", a dict
             ``{partition: offset}`` (-2 earliest, -1 latest) or Spark's JSON form
             ``'{"orders": {"0": 23, "1": -2}}'``; the end is exclusive.
+        isolation_level: "read_uncommitted" (Spark's ``kafka.isolation.level``
+            default) or "read_committed": up to the last stable offset, without the
+            records of aborted transactions.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic, or an option names a partition it
             lacks.
-        InvalidRequestError: an offset option is malformed, or a start is past its end.
+        InvalidRequestError: an offset option or the isolation level is malformed, or a
+            start is past its end.
         OffsetOutOfRangeError: an explicit offset lies outside its partition's log, or
             retention deleted records of the range while it was read.
     """
     pins = attachment(spark)
     cluster = pins.cluster
-    ranges = offsets.plan(cluster, topic, starting_offsets, ending_offsets)
+    ranges = offsets.plan(cluster, topic, starting_offsets, ending_offsets, isolation_level)
     metadata = cluster.topic_metadata(topic)
     append_time = metadata.config.get("message.timestamp.type") == "LogAppendTime"
     timestamp_type = TIMESTAMP_LOG_APPEND_TIME if append_time else TIMESTAMP_CREATE_TIME

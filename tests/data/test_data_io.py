@@ -16,6 +16,7 @@ import raystream as rs
 from raystream.client.partitioner import partition_for_key
 from raystream.errors import (
     InvalidRecordError,
+    InvalidRequestError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
@@ -110,6 +111,47 @@ def test_read_topic_honours_offset_options(
         rs.data.read_topic(shared_cluster, topic, ending_offsets={1: 9999})
     with pytest.raises(UnknownTopicOrPartitionError, match="no-such-topic"):
         rs.data.read_topic(shared_cluster, "no-such-topic")
+
+
+def test_read_committed_leaves_out_aborted_transactions_even_a_whole_fetch_of_them(
+    shared_cluster: Any, make_topic: Callable[..., str]
+) -> None:
+    """Committed, then 12 MB aborted (more than one fetch of the reader), then committed
+    again and an open transaction: read_committed gets the committed records only and
+    stops at the open transaction; read_uncommitted gets everything (markers hidden)."""
+    topic = make_topic(partitions=1)
+
+    def values(prefix: str, n: int, size: int = 10) -> pa.Table:
+        return pa.table(
+            {"value": [b"%s-%d-" % (prefix.encode(), i) + b"x" * size for i in range(n)]}
+        )
+
+    producer = shared_cluster.producer(transactional_id=f"{topic}-txn")
+    producer.init_transactions()
+    for prefix, n, size, commit in (
+        ("a", 50, 10, True),
+        ("b", 120_000, 100, False),
+        ("c", 50, 10, True),
+    ):
+        producer.begin_transaction()
+        producer.send_batch(topic, values(prefix, n, size), partition=0)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    producer.begin_transaction()
+    producer.send_batch(topic, values("open", 5), partition=0)
+    producer.flush()  # written, not committed: the last stable offset stays before it
+
+    committed = arrow(rs.data.read_topic(shared_cluster, topic, isolation_level="read_committed"))
+    prefixes = [bytes(v)[:2] for v in committed.column("value").to_pylist()]
+    assert prefixes == [b"a-"] * 50 + [b"c-"] * 50
+    everything = rs.data.read_topic(shared_cluster, topic, isolation_level="read_uncommitted")
+    assert everything.count() == 50 + 120_000 + 50 + 5
+    with pytest.raises(InvalidRequestError, match="isolation_level='serializable'"):
+        rs.data.read_topic(shared_cluster, topic, isolation_level="serializable")
+    producer.abort_transaction()
+    producer.close()
 
 
 def test_write_topic_round_trip_keeps_keys_on_their_murmur2_partition(
