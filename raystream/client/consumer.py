@@ -762,7 +762,8 @@ class Consumer:
         return self._list(partitions, EARLIEST_TIMESTAMP, "beginning_offsets")
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The high watermark (offset of the next record) of each partition."""
+        """The end of each partition: the high watermark (offset of the next record), or
+        the last stable offset for a read_committed consumer, as in Kafka."""
         return self._list(partitions, LATEST_TIMESTAMP, "end_offsets")
 
     def _list(
