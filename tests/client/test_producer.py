@@ -509,13 +509,14 @@ def test_a_killed_leader_is_retried_until_it_is_back(shared_cluster, make_topic,
 def test_batches_resent_after_a_request_timeout_are_written_once_only_with_idempotence(
     shared_cluster, producers, idempotent
 ) -> None:
-    """acks=all stalls while a follower restarts: calls time out and are resent while
-    the first attempts are already in the leader's log."""
+    """acks=all stalls while a follower restarts (until the controller, told by Ray,
+    drops it from the ISR: a few hundred ms): calls time out and are resent while the
+    first attempts are already in the leader's log."""
     topic = f"resent-{idempotent}"
     shared_cluster.admin().create_topic(topic, replication_factor=3)
     producer = producers(
         acks="all",
-        request_timeout_ms=300,
+        request_timeout_ms=50,
         retry_backoff_ms=20,
         linger_ms=1,
         enable_idempotence=idempotent,
