@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -125,3 +126,28 @@ def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
 
 
 _topic_names = itertools.count()
+
+
+def read_topic(cluster: Any, topic: str, isolation: str, partitions: int = 1) -> list[Any]:
+    """Every value of the topic readable at this isolation level, partition by partition."""
+    from raystream.types import TopicPartition
+
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with cluster.consumer(
+        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation
+    ) as consumer:
+        consumer.assign(tps)
+        end = consumer.end_offsets(tps)
+        values: list[Any] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline, f"stuck at {[consumer.position(tp) for tp in tps]}"
+            table = consumer.poll_arrow(timeout_ms=200)
+            values += table.column("value").to_pylist() if table.num_rows else []
+        return values
+
+
+@pytest.fixture
+def read_all() -> Callable[..., list[Any]]:
+    """``read_all(cluster, topic, isolation, partitions=1)`` -> every readable value."""
+    return read_topic

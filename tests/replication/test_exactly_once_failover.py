@@ -19,7 +19,6 @@ import pytest
 import ray
 
 from raystream.client.consumer_group import ConsumerGroup
-from raystream.types import TopicPartition
 
 pytestmark = pytest.mark.slow
 
@@ -40,22 +39,6 @@ def exclaim() -> Any:
     return transform
 
 
-def read_committed(cluster: Any, topic: str, partitions: int) -> list[bytes]:
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with cluster.consumer(
-        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level="read_committed"
-    ) as consumer:
-        consumer.assign(tps)
-        end = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            assert time.monotonic() < deadline
-            table = consumer.poll_arrow(timeout_ms=300)
-            values += table.column("value").to_pylist() if table.num_rows else []
-        return values
-
-
 def wait_for(condition: Any, timeout_s: float, what: str, group: Any = None) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -64,7 +47,7 @@ def wait_for(condition: Any, timeout_s: float, what: str, group: Any = None) -> 
         time.sleep(1.0)
 
 
-def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) -> None:
+def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated, read_all) -> None:
     admin = replicated.admin()
     admin.create_topic("in", partitions=3, replication_factor=3)
     admin.create_topic("out", partitions=3, replication_factor=3)
@@ -96,7 +79,7 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated) 
         wait_for(lambda: group.lag() == 0, 240, "every input committed", group)
     finally:
         group.stop()
-    values = read_committed(replicated, "out", 3)
+    values = read_all(replicated, "out", "read_committed", 3)
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]
     assert not duplicates, f"{len(duplicates)} outputs twice, e.g. {duplicates[:5]}"

@@ -4,7 +4,6 @@ and the exactly-once path (output and offsets in one transaction per batch, fenc
 from __future__ import annotations
 
 import collections
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,23 +26,6 @@ def produce(cluster: Any, topic: str, start: int, count: int) -> None:
     producer = cluster.producer()
     producer.send_batch(topic, pa.table({"value": values}))
     producer.close()  # every record written before the query looks at the topic
-
-
-def read_values(cluster: Any, topic: str, isolation: str, partitions: int) -> list[bytes]:
-    """Every value of ``topic`` a reader at ``isolation`` sees, up to the end offsets."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    with cluster.consumer(
-        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation
-    ) as consumer:
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        values: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            assert time.monotonic() < deadline, f"stuck before {ends}"
-            table = consumer.poll_arrow(timeout_ms=200)
-            values += table.column("value").to_pylist() if table.num_rows else []
-        return values
 
 
 def committed_offsets(cluster: Any, group: str, topic: str, partitions: int) -> list[int | None]:
@@ -127,7 +109,10 @@ def test_bad_arguments_are_refused(spark: Any, spark_topic: Callable[..., str]) 
 
 
 def test_exactly_once_output_survives_a_failed_batch_a_restart_and_a_zombie(
-    spark: Any, spark_cluster: Any, spark_topic: Callable[..., str]
+    spark: Any,
+    spark_cluster: Any,
+    spark_topic: Callable[..., str],
+    read_all: Callable[..., list[Any]],
 ) -> None:
     source, sink = spark_topic(partitions=2), spark_topic(partitions=2)
     group = f"{source}-eos"
@@ -164,8 +149,8 @@ def test_exactly_once_output_survives_a_failed_batch_a_restart_and_a_zombie(
         failing.await_termination(timeout_s=300)
     assert refused and "producer_config" in str(refused[0])
     assert 0 < written[0] <= 25
-    assert len(read_values(spark_cluster, sink, "read_uncommitted", 2)) == written[0]  # written
-    assert read_values(spark_cluster, sink, "read_committed", 2) == []  # ...and aborted
+    assert len(read_all(spark_cluster, sink, "read_uncommitted", 2)) == written[0]  # written
+    assert read_all(spark_cluster, sink, "read_committed", 2) == []  # ...and aborted
     assert committed_offsets(spark_cluster, group, source, 2) == [None, None]
 
     first = start(transform)
@@ -184,7 +169,7 @@ def test_exactly_once_output_survives_a_failed_batch_a_restart_and_a_zombie(
     second.stop()
     assert second.exception() is None
 
-    values = read_values(spark_cluster, sink, "read_committed", 2)
+    values = read_all(spark_cluster, sink, "read_committed", 2)
     twice = [v for v, n in collections.Counter(values).items() if n > 1]
     assert not twice, f"output more than once: {twice[:5]}"
     assert sorted(values) == sorted(b"r-%d!" % i for i in range(100))
