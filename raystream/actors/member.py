@@ -42,7 +42,7 @@ from typing import Any
 
 import ray
 
-from raystream.errors import CommitFailedError, ProducerFencedError
+from raystream.errors import ProducerFencedError
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -170,15 +170,22 @@ class GroupMember:
         if not self._uncommitted or self._committing:
             return
         self._uncommitted, self._committing = False, True
-        consumer.commit_async(callback=self._committed)
+        try:
+            consumer.commit_async(callback=self._committed)
+        except Exception:  # not sent: the next commit tries again
+            self._uncommitted, self._committing = True, False
+            raise
 
     def _committed(self, offsets: dict[TopicPartition, Any], error: Exception | None) -> None:
         self._committing = False
-        if isinstance(error, CommitFailedError):  # the partitions moved; their owner re-reads
-            logger.info("member commit refused after a rebalance: %s", error)
-        elif error is not None:  # try again with the next commit
-            logger.info("member commit failed, retried with the next: %s", error)
-            self._uncommitted = True
+        if error is None:
+            return
+        # Try again with the next commit, which covers the positions of the partitions
+        # the member owns then. After a refused commit (CommitFailedError: a rebalance
+        # began) that matters most: a partition the member keeps in the new generation
+        # would otherwise stay uncommitted until more records arrive on it.
+        logger.info("member commit failed, retried with the next: %s", error)
+        self._uncommitted = True
 
     def _transact(self, consumer: Any, batch: Any, starts: dict[TopicPartition, int]) -> None:
         """One batch as one transaction: output, offsets, commit; abort and seek back
