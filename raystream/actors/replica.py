@@ -895,14 +895,26 @@ class PartitionReplica:
     async def run_housekeeping(self) -> Result:
         """Apply retention, compaction and the flush policy now (also done periodically)."""
         try:
-            return Result(value=await asyncio.to_thread(self._housekeep))
+            return Result(value=await self._housekeep())
         except Exception as error:
             return failure(error)
 
-    def _housekeep(self) -> dict[str, int]:
-        deleted = self.log.enforce_retention(max_offset=self.high_watermark)
-        removed = self.log.compact().records_removed if self.config.compact else 0
-        return {"segments_deleted": deleted, "records_compacted": removed}
+    async def _housekeep(self) -> dict[str, int]:
+        """Retention, then compaction below the last stable offset with the aborted
+        transactions' batches dropped (see :mod:`raystream.log.cleaner`); the log's
+        work runs on a thread, the producer state is read here, on the event loop."""
+        compact = self.config.compact
+        stable = self.producers.last_stable_offset(self.high_watermark)
+        skip = self.producers.aborted_filter(self.log.log_start_offset, stable) if compact else None
+
+        def work() -> dict[str, int]:
+            deleted = self.log.enforce_retention(max_offset=self.high_watermark)
+            removed = 0
+            if compact:
+                removed = self.log.compact(max_offset=stable, skip=skip).records_removed
+            return {"segments_deleted": deleted, "records_compacted": removed}
+
+        return await asyncio.to_thread(work)
 
     def _checkpoint_high_watermark(self) -> None:
         """Persist the high watermark so a restarted leader does not start below it."""
@@ -962,7 +974,7 @@ class PartitionReplica:
                     await self._check_isr_lag()
                 if time.monotonic() >= next_retention:
                     next_retention = time.monotonic() + retention_every
-                    await asyncio.to_thread(self._housekeep)
+                    await self._housekeep()
                     self.producers.prune_aborted(self.log.log_start_offset)
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)

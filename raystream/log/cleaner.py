@@ -6,6 +6,14 @@ Python). Then it rewrites each segment keeping a row when it is that latest reco
 a null key, and is not a tombstone past the delete horizon. Surviving rows keep their
 offsets and their batch's metadata; a segment with nothing to drop is left untouched.
 
+Transactions, as Kafka's cleaner handles them: the caller passes only segments below
+the last stable offset, so a record of a transaction still open never counts as a
+key's latest; and batches of aborted transactions (the ``skip`` predicate, built from
+the partition's aborted-transaction index) are dropped and never count either. Else an
+aborted write could stand as a key's latest and take the committed record it was
+meant to replace with it: in ``__consumer_offsets`` a group would lose its committed
+offset to an aborted ``send_offsets_to_transaction``. Markers stay.
+
 Example:
     offsets 0..4 with keys a, b, a, c, b and values 1, 2, 3, None, 5 (closed segments),
     horizon in the future: the latest offsets are a@2, c@3, b@4, so 2, 3, 4 survive
@@ -15,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +34,7 @@ import pyarrow.compute as pc
 from raystream.log.batch import (
     HEADER_SIZE,
     BatchEncoder,
+    BatchHeader,
     batch_offsets,
     payload_size,
     rewrite_batch,
@@ -49,22 +59,28 @@ class CleanerStats:
     bytes_after: int = 0
 
 
-def clean(log: Log, segments: list[LogSegment], delete_horizon_ms: int) -> CleanerStats:
+Skip = Callable[[BatchHeader], bool]
+
+
+def clean(
+    log: Log, segments: list[LogSegment], delete_horizon_ms: int, skip: Skip | None = None
+) -> CleanerStats:
     """Compact ``segments`` (closed segments of ``log``, oldest first).
 
     Args:
         log: the owning log, which swaps rewritten segments in under its lock.
-        segments: the closed segments to compact.
+        segments: the closed segments to compact (all below the last stable offset).
         delete_horizon_ms: tombstones in batches whose max timestamp is older go.
+        skip: true for the batches of aborted transactions, which go entirely.
     """
     stats = CleanerStats()
     if not segments:
         return stats
     decoder = log._decoder
-    latest = _latest_offsets(segments, decoder)
+    latest = _latest_offsets(segments, decoder, skip)
     for segment in segments:
         size = segment.size
-        result = _rewrite(segment, decoder, latest, delete_horizon_ms)
+        result = _rewrite(segment, decoder, latest, delete_horizon_ms, skip)
         if result is None:
             continue
         path, removed, new_size = result
@@ -87,14 +103,14 @@ def _batches(segment: LogSegment, decoder):
         yield position, header, decoder.decode(payload)
 
 
-def _latest_offsets(segments: list[LogSegment], decoder) -> np.ndarray:
-    """Sorted offsets of the latest record of each non-null key."""
+def _latest_offsets(segments: list[LogSegment], decoder, skip: Skip | None) -> np.ndarray:
+    """Sorted offsets of the latest record of each non-null key (aborted ones aside)."""
     keys: list[pa.Array] = []
     offsets: list[np.ndarray] = []
     for segment in segments:
         for _, header, batch in _batches(segment, decoder):
             index = batch.schema.get_field_index(KEY_COLUMN)
-            if index < 0 or header.is_control:
+            if index < 0 or header.is_control or (skip is not None and skip(header)):
                 continue
             keys.append(batch.column(index))
             offsets.append(batch_offsets(header, batch))
@@ -107,7 +123,7 @@ def _latest_offsets(segments: list[LogSegment], decoder) -> np.ndarray:
 
 
 def _rewrite(
-    segment: LogSegment, decoder, latest: np.ndarray, horizon: int
+    segment: LogSegment, decoder, latest: np.ndarray, horizon: int, skip: Skip | None
 ) -> tuple[str | None, int, int] | None:
     """Write the compacted segment beside the original.
 
@@ -121,6 +137,9 @@ def _rewrite(
     encoder = BatchEncoder()
     for position, header, batch in _batches(segment, decoder):
         rows = batch_offsets(header, batch)
+        if skip is not None and skip(header):  # an aborted transaction's batch
+            removed += len(rows)
+            continue
         keep = np.ones(len(rows), dtype=bool)
         key_index = batch.schema.get_field_index(KEY_COLUMN)
         if key_index >= 0 and not header.is_control and len(rows):

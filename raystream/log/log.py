@@ -794,20 +794,37 @@ class Log:
             self.leader_epochs.truncate_from_start(self._log_start_offset)
         fsync_directory(self.directory)
 
-    def compact(self, now_ms: int | None = None) -> cleaner.CleanerStats:
+    def compact(
+        self,
+        now_ms: int | None = None,
+        max_offset: int | None = None,
+        skip: Callable[[BatchHeader], bool] | None = None,
+    ) -> cleaner.CleanerStats:
         """Keep only the latest record per key in the closed segments.
 
         Records keep their offsets; tombstones (null ``value``) older than
         ``delete.retention.ms`` are dropped; records without a key are kept. The active
         segment is never rewritten. Segments are rewritten one at a time, so appends and
         reads go on meanwhile.
+
+        Args:
+            now_ms: the time the tombstone horizon counts from (default: the clock).
+            max_offset: clean only segments wholly below it: the caller passes the last
+                stable offset, so an open transaction's record never replaces a
+                key's committed one.
+            skip: true for batches of aborted transactions: they are dropped, and
+                never count as a key's latest record.
         """
         with self._lock:
             self._check_open()
-            closed = self._segments[:-1]
+            closed = [
+                segment
+                for segment in self._segments[:-1]
+                if max_offset is None or segment.next_offset <= max_offset
+            ]
             now = self._clock() if now_ms is None else now_ms
             horizon = now - self._config.delete_retention_ms
-        return cleaner.clean(self, closed, horizon)
+        return cleaner.clean(self, closed, horizon, skip)
 
     def _swap_cleaned(self, segment: LogSegment, size: int, cleaned_path: str | None) -> bool:
         """Install a cleaned segment file, unless the segment changed meanwhile."""

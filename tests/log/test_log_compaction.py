@@ -8,6 +8,9 @@ import pyarrow as pa
 import pytest
 
 from raystream.log import OFFSET_COLUMN
+from raystream.log.producer_state import ProducerStateManager
+from raystream.records import BYTES_SCHEMA
+from raystream.transactions.markers import marker_batch
 
 START = 1_700_000_000_000
 HOUR = 3600 * 1000
@@ -286,3 +289,98 @@ def test_compaction_matches_a_dict_model(make_log, batch, rows_per_batch):
         seen.extend(table.column(OFFSET_COLUMN).to_pylist())
         position = seen[-1] + 1
     assert seen == expected
+
+
+class _Transactions:
+    """A log and its producer state, written as a replica writes them."""
+
+    def __init__(self, log, batch) -> None:
+        self.log, self.batch = log, batch
+        self.state = ProducerStateManager()
+        self.sequences: dict[int, int] = {}
+
+    def write(self, key: str, value: str, pid: int = -1) -> None:
+        """One record, in a transaction of producer ``pid`` (or plain with -1)."""
+        metadata = {}
+        if pid >= 0:
+            seq = self.sequences.get(pid, 0)
+            self.sequences[pid] = seq + 1
+            metadata = dict(
+                producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True
+            )
+        base, last = self.log.append(self.batch([value], keys=[key], timestamps=START), **metadata)
+        if pid >= 0:
+            self.state.append(pid, 0, seq, seq, base, last, START, True)
+
+    def end(self, pid: int, commit: bool) -> None:
+        marker = marker_batch(BYTES_SCHEMA, commit, 0, START)
+        base, _ = self.log.append(
+            marker, producer_id=pid, producer_epoch=0, is_control=True, is_commit=commit
+        )
+        self.state.complete_txn(pid, 0, commit, base, START)
+
+    def compact(self):
+        """Compact as the replica does: below the last stable offset, aborted batches out."""
+        stable = self.state.last_stable_offset(self.log.log_end_offset)
+        skip = self.state.aborted_filter(self.log.log_start_offset, stable)
+        return self.log.compact(now_ms=START, max_offset=stable, skip=skip)
+
+    def committed(self) -> list[tuple[int, str | None, str | None]]:
+        """What a read_committed reader sees, from the start."""
+        end = self.log.log_end_offset
+        stable = self.state.last_stable_offset(end)
+        skip = self.state.aborted_filter(0, stable)
+        table, _ = self.log.read_until(0, max_offset=stable, skip=skip)
+        return rows_of(table)
+
+
+def test_an_aborted_write_never_replaces_the_committed_record_of_its_key(make_log, batch):
+    """The __consumer_offsets case: a group's committed offset, then an aborted
+    send_offsets_to_transaction for the same key. Compaction must drop the aborted
+    record, not the committed one it was meant to replace."""
+    txns = _Transactions(make_log(cleanup_policy="compact"), batch)
+    txns.write("g/t/0", "committed-10")  # offset 0
+    txns.write("g/t/0", "aborted-20", pid=7)  # offset 1
+    txns.write("other", "x", pid=7)  # offset 2
+    txns.end(7, commit=False)  # offset 3
+    txns.write("g/t/0", "committed-30", pid=8)  # offset 4: a later, committed one
+    txns.log.roll()
+    txns.end(8, commit=True)  # offset 5, in the active segment
+    before = txns.committed()
+    assert [value for _, _, value in before] == ["committed-10", "committed-30"]
+    stats = txns.compact()
+    # committed-10 goes (superseded by committed-30); both aborted records go too.
+    assert stats.records_removed == 3
+    assert txns.committed() == [(4, "g/t/0", "committed-30")]
+    # read_uncommitted sees no aborted records any more either; the markers stay hidden.
+    assert rows_of(txns.log.read(0)) == [(4, "g/t/0", "committed-30")]
+
+
+def test_only_aborted_writes_of_a_key_leave_its_committed_record_alone(make_log, batch):
+    txns = _Transactions(make_log(cleanup_policy="compact"), batch)
+    txns.write("g/t/0", "committed-10")
+    txns.write("g/t/0", "aborted-20", pid=7)
+    txns.end(7, commit=False)
+    txns.log.roll()
+    txns.write("z", "z1")
+    assert txns.compact().records_removed == 1
+    assert txns.committed() == [(0, "g/t/0", "committed-10"), (3, "z", "z1")]
+
+
+def test_an_open_transaction_blocks_compaction_from_its_first_offset_on(make_log, batch):
+    """A record of a transaction still open may yet be aborted: segments from the last
+    stable offset on are not cleaned, so it cannot push out the committed record."""
+    txns = _Transactions(make_log(cleanup_policy="compact"), batch)
+    txns.write("g/t/0", "committed-10")  # offset 0
+    txns.log.roll()
+    txns.write("g/t/0", "open-20", pid=7)  # offset 1: transaction still open
+    txns.log.roll()
+    txns.write("g/t/0", "committed-30")  # offset 2 (plain), beyond the open transaction
+    txns.log.roll()
+    txns.write("z", "z1")
+    assert txns.state.last_stable_offset(txns.log.log_end_offset) == 1
+    assert txns.compact().records_removed == 0
+    txns.end(7, commit=False)  # offset 4; now every transaction is decided
+    stats = txns.compact()
+    assert stats.records_removed == 2  # committed-10 (superseded) and the aborted one
+    assert txns.committed() == [(2, "g/t/0", "committed-30"), (3, "z", "z1")]

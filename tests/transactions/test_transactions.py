@@ -219,3 +219,45 @@ def test_offsets_of_a_consumer_outside_the_membership_commit_only_in_an_empty_gr
         reader.assign([tp])
         assert reader.committed(tp) == 3
     outsider.close(autocommit=False)
+
+
+def test_compaction_drops_aborted_records_and_waits_for_open_transactions(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """On a compacted topic (``__consumer_offsets`` is one) an aborted or still-open
+    write of a key never takes the committed record of that key away."""
+    import ray
+
+    topic = make_topic(config={"cleanup.policy": "compact", "segment.bytes": 1024})
+    plain = shared_cluster.producer(linger_ms=0)
+
+    def fill(tag: str) -> None:  # other keys, enough to close the segments before them
+        for i in range(8):
+            plain.send(topic, f"{tag}{i}".encode() * 40, key=f"{tag}{i}".encode()).get()
+
+    def compact() -> None:
+        leader = shared_cluster.topic_metadata(topic).partitions[0].leader_handle
+        ray.get(leader.run_housekeeping.remote()).unwrap()
+
+    plain.send(topic, b"committed", key=b"offsets-of-g").get()
+    with transactional(shared_cluster) as producer:
+        producer.begin_transaction()
+        producer.send(topic, b"aborted", key=b"offsets-of-g").get()
+        producer.abort_transaction()
+        fill("a")
+        compact()
+        committed = read_all(shared_cluster, topic, "read_committed")
+        assert b"committed" in committed
+        assert b"aborted" not in read_all(shared_cluster, topic, "read_uncommitted")
+
+        producer.begin_transaction()
+        producer.send(topic, b"open", key=b"offsets-of-g").get()
+        fill("b")
+        compact()
+        assert b"committed" in read_all(shared_cluster, topic, "read_committed")
+        producer.abort_transaction()
+    fill("c")
+    compact()
+    values = read_all(shared_cluster, topic, "read_committed")
+    assert b"committed" in values and b"open" not in values
+    plain.close()
