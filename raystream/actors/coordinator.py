@@ -9,10 +9,11 @@ topic, so committed offsets and stable memberships survive it.
 
 Transactional producers write offsets into ``__consumer_offsets`` themselves, as
 records of their transaction (exactly-once consume-transform-produce). The coordinator
-reads its partitions read_committed (the load replays up to the last stable offset),
-and reads on from where it stopped when the transaction coordinator says a transaction
-committed offsets (``refresh_offsets``) and before it answers an offset fetch that
-asks for stable offsets; such a fetch is answered UnstableOffsetCommitError (retried by
+reads its partitions read_committed (the load replays up to the last stable offset,
+and the memberships past it, which are never transactional), and reads on from where
+it stopped when the transaction coordinator says a transaction committed offsets
+(``refresh_offsets``) and before it answers an offset fetch that asks for stable
+offsets; such a fetch is answered UnstableOffsetCommitError (retried by
 the client) while a transaction is open on the group's partition, so a new owner of a
 partition never starts from an offset a committing transaction is about to replace.
 Before a producer adds a consumer's offsets to its transaction it asks
@@ -156,7 +157,29 @@ class GroupCoordinator:
                 position = max(answer.next_offset, self._positions[partition])
                 self._positions[partition] = position
                 if position >= answer.last_stable_offset:
-                    return answer.last_stable_offset >= answer.high_watermark
+                    stable = answer.last_stable_offset >= answer.high_watermark
+                    if loading and not stable:
+                        await self._read_membership(leader, position, answer.high_watermark)
+                    return stable
+
+    async def _read_membership(self, leader: Any, start: int, end: int) -> None:
+        """At load, apply the membership records between the last stable offset and the
+        high watermark: a transaction open on the partition holds read_committed reading
+        back, but memberships are never part of one (the coordinator writes them
+        itself), and a later catch-up reads offsets only. Without this a restarted
+        coordinator would forget the rebalances that followed the transaction's start."""
+        position = start
+        try:
+            while position < end:
+                answer = await leader.fetch.remote(position, 8 << 20, 0, 1, "read_uncommitted")
+                answer.raise_for_error()
+                if answer.records.num_rows:
+                    self._store.replay(answer.records, time.monotonic(), membership_only=True)
+                if answer.next_offset <= position:
+                    return
+                position = answer.next_offset
+        except Exception as error:  # best effort: members of a forgotten rebalance rejoin
+            logger.warning("memberships past the last stable offset not loaded: %s", error)
 
     async def refresh_offsets(self) -> Result:
         """Take in the offsets transactions committed since the last read."""

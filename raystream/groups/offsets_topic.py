@@ -82,7 +82,13 @@ class GroupStore:
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
 
-    def replay(self, table: pa.Table, now: float, offsets_only: bool = False) -> None:
+    def replay(
+        self,
+        table: pa.Table,
+        now: float,
+        offsets_only: bool = False,
+        membership_only: bool = False,
+    ) -> None:
         """Apply records read from the topic, in offset order.
 
         With ``offsets_only`` (a running coordinator catching up on offsets that
@@ -90,6 +96,10 @@ class GroupStore:
         groups are newer, and an offset older than the one held (by commit timestamp)
         does not replace it: read_committed reading may return a commit the coordinator
         wrote itself after a newer one it already applied.
+
+        With ``membership_only`` only membership records are applied: a loading
+        coordinator reads them on past the last stable offset, since only the
+        coordinator writes them, never inside a transaction.
         """
         for key, value in zip(
             table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
@@ -97,7 +107,7 @@ class GroupStore:
             if key is None:
                 continue
             kind, group_id, *rest = json.loads(key)
-            if kind == "offset":
+            if kind == "offset" and not membership_only:
                 tp = TopicPartition(rest[0], rest[1])
                 committed = self.offsets.setdefault(group_id, {})
                 if value is None:

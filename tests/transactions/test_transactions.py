@@ -261,3 +261,37 @@ def test_compaction_drops_aborted_records_and_waits_for_open_transactions(
     values = read_all(shared_cluster, topic, "read_committed")
     assert b"committed" in values and b"open" not in values
     plain.close()
+
+
+def test_a_restarted_group_coordinator_keeps_memberships_behind_an_open_transaction(
+    shared_cluster, make_topic, transactional
+) -> None:
+    """A transaction open on a group's ``__consumer_offsets`` partition holds the
+    coordinator's read_committed load back; the rebalances written after it must still
+    be loaded, so the member and its generation are known after a restart."""
+    import ray
+
+    from raystream.groups.offsets_topic import OFFSETS_TOPIC, partition_for
+
+    topic = make_topic()
+    shared_cluster.coordinator_call("list_groups")  # creates __consumer_offsets
+    partitions = len(shared_cluster.topic_metadata(OFFSETS_TOPIC, True).partitions)
+    group = f"held-back-{time.monotonic_ns()}"
+    other = next(
+        name
+        for name in (f"txn-{group}-{i}" for i in range(1000))
+        if partition_for(name, partitions) == partition_for(group, partitions)
+    )
+    tp = TopicPartition(topic, 0)
+    with transactional(shared_cluster) as producer:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: 1}, other)  # open on group's partition
+        member = shared_cluster.consumer(topic, group_id=group, enable_auto_commit=False)
+        deadline = time.monotonic() + 30
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the member never got its partition"
+            member.poll(timeout_ms=100)
+        ray.kill(shared_cluster.coordinator(), no_restart=False)
+        member.commit({tp: 0})  # the reloaded group still knows member and generation
+        producer.abort_transaction()
+    member.close()
