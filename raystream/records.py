@@ -172,13 +172,26 @@ def batch_from_table(
     )
     if "timestamp" in names and "timestamp" not in own:
         timestamp = table.column("timestamp")
-        if pa.types.is_timestamp(timestamp.type):
-            timestamp = timestamp.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())
-        timestamp = timestamp.cast(pa.int64()).combine_chunks().fill_null(now_ms)
+        try:
+            if pa.types.is_timestamp(timestamp.type):
+                timestamp = timestamp.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())
+            timestamp = timestamp.cast(pa.int64()).combine_chunks().fill_null(now_ms)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise InvalidRecordError(
+                f"column 'timestamp' must hold integer milliseconds or an Arrow timestamp, "
+                f"not {timestamp.type}: {error}"
+            ) from None
     else:
         timestamp = pa.array(np.full(rows, now_ms, dtype=np.int64))
     if "headers" in names and "headers" not in own:
-        headers = table.column("headers").cast(HEADERS_TYPE).combine_chunks()
+        headers = table.column("headers")
+        try:
+            headers = headers.cast(HEADERS_TYPE).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as error:
+            raise InvalidRecordError(
+                f"column 'headers' must be {HEADERS_TYPE} (a list of key/value pairs per "
+                f"row), not {headers.type}: {error}"
+            ) from None
     else:
         headers = pa.nulls(rows, HEADERS_TYPE)
     return pa.RecordBatch.from_arrays([key, value, timestamp, headers], schema=schema)

@@ -123,6 +123,13 @@ def test_send_batch_of_a_typed_topic_takes_the_schema_columns() -> None:
         ),
         (pa.table({"item": ["a"], "amount": ["x"]}), record_schema(TYPED), None, "does not fit"),
         ([1, 2], BYTES_SCHEMA, None, "not list"),
+        (pa.table({"value": [b"a"], "headers": ["h=1"]}), BYTES_SCHEMA, None, "column 'headers'"),
+        (
+            pa.table({"value": [b"a"], "timestamp": ["yesterday"]}),
+            BYTES_SCHEMA,
+            None,
+            "column 'timestamp' must hold integer milliseconds",
+        ),
     ],
 )
 def test_send_batch_input_errors_name_the_problem(table, schema, key, message) -> None:
