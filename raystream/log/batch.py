@@ -56,7 +56,6 @@ _HEAD = struct.Struct("<qiiBI")
 """Bytes 0..21 of a header: the fields the CRC does not cover, and the CRC itself."""
 _TAIL = struct.Struct("<hiqqqhii3x")
 """Bytes 21..64 of a header: the fields the CRC covers (it goes on over the payload)."""
-_STAMP = struct.Struct("<q")
 _EPOCH = struct.Struct("<i")
 
 CODECS = {None: 0, "none": 0, "uncompressed": 0, "lz4": 3, "zstd": 4}
@@ -290,14 +289,6 @@ def _has_dictionaries(data_type: pa.DataType) -> bool:
 def payload_size(pieces: list[Piece]) -> int:
     """Total bytes of encoded pieces."""
     return sum(map(len, pieces))
-
-
-def stamp(header: bytes, base_offset: int, partition_leader_epoch: int) -> bytes:
-    """Rewrite the two fields outside the CRC: what a leader assigns on append."""
-    stamped = bytearray(header)
-    _STAMP.pack_into(stamped, 0, base_offset)
-    _EPOCH.pack_into(stamped, 12, partition_leader_epoch)
-    return bytes(stamped)
 
 
 class PayloadDecoder:

@@ -620,10 +620,6 @@ class Log:
             end += 1
         return headers[first:end]
 
-    def to_table(self, stored: list[StoredBatch], start_offset: int, limit: int) -> pa.Table:
-        """Decode stored batches into one Table of rows in [start_offset, limit)."""
-        return stored_to_table(self._decoder, stored, start_offset, limit)
-
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None.
 

@@ -379,6 +379,18 @@ def test_errbacks_get_the_error_and_a_raising_callback_is_only_logged(
         future.get(0)
 
 
+def test_add_both_gets_the_metadata_or_the_error() -> None:
+    seen: list[object] = []
+    ok_acc, bad_acc = accumulator(), accumulator()
+    send(ok_acc).add_both(seen.append)
+    send(bad_acc).add_both(lambda tag, outcome: seen.append((tag, outcome)), "bad")
+    answer(build_requests(drain_one(ok_acc), topic_info(), DefaultPartitioner(), 1 << 20))
+    (request,) = build_requests(drain_one(bad_acc), topic_info(), DefaultPartitioner(), 1 << 20)
+    request.fail(NotLeaderError("moved"))
+    assert seen[0] == RecordMetadata("t", 0, 0, TS)
+    assert seen[1][0] == "bad" and isinstance(seen[1][1], NotLeaderError)
+
+
 def test_get_times_out_while_pending() -> None:
     future = send(accumulator())
     assert not future.is_done and future.value is None and future.exception is None
