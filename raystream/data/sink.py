@@ -24,6 +24,7 @@ from ray.data.datasource import Datasink, WriteResult
 from ray.exceptions import RayTaskError
 
 from raystream.client.cluster import resolve_cluster
+from raystream.data.source import check_remote_args
 from raystream.errors import RaystreamError
 
 
@@ -33,6 +34,7 @@ def write_topic(
     *,
     cluster: Any = None,
     key_column: str | None = None,
+    ray_remote_args: dict[str, Any] | None = None,
     **producer_config: Any,
 ) -> int:
     """Produce every row of ``ds`` to ``topic``; return how many were written.
@@ -42,6 +44,8 @@ def write_topic(
         topic: an existing topic.
         cluster: the raystream cluster; None means :func:`raystream.connect`.
         key_column: the column holding keys (default: a ``key`` column if present).
+        ray_remote_args: options of the write tasks (``num_cpus``, ``resources``,
+            ...), as Ray Data's own writers take them.
         **producer_config: :class:`~raystream.Producer` options (``acks="all"`` and
             the others' defaults unless given).
 
@@ -49,10 +53,12 @@ def write_topic(
         UnknownTopicOrPartitionError: no such topic.
         InvalidRecordError: the dataset's columns do not fit the topic (the message
             names the missing or mistyped column).
+        InvalidRequestError: ``ray_remote_args`` is not a dict of task options.
     """
+    remote_args = check_remote_args(ray_remote_args)
     sink = TopicDatasink(resolve_cluster(cluster), topic, key_column, producer_config)
     try:
-        ds.write_datasink(sink)
+        ds.write_datasink(sink, ray_remote_args=remote_args)
     except RayTaskError as error:  # a write task's own error, not Ray's wrapper of it
         if isinstance(error.cause, RaystreamError):
             raise error.cause from error

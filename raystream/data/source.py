@@ -28,6 +28,7 @@ from ray.data.datasource import Datasource, ReadTask
 from raystream.data import offsets
 from raystream.data.offsets import PartitionRange
 from raystream.data.reader import read_range
+from raystream.errors import InvalidRequestError
 from raystream.records import empty_fetch, to_user_table
 
 
@@ -37,6 +38,7 @@ def read_topic(
     starting_offsets: Any = "earliest",
     ending_offsets: Any = "latest",
     isolation_level: str = "read_uncommitted",
+    ray_remote_args: dict[str, Any] | None = None,
 ) -> ray.data.Dataset:
     """The records of ``topic`` between the two offset options, as a Ray Dataset.
 
@@ -49,17 +51,43 @@ def read_topic(
         isolation_level: "read_uncommitted" (every record below the high watermark)
             or "read_committed" (up to the last stable offset, without the records of
             aborted transactions), as a Kafka consumer's.
+        ray_remote_args: options of the read tasks (``num_cpus``, ``resources``,
+            ...), as Ray Data's own readers take them. A read task mostly waits on its
+            leader, so ``{"num_cpus": 0.25}`` lets more partitions be read at once on
+            a small cluster.
 
     Raises:
         UnknownTopicOrPartitionError: no such topic, or an option names a partition it
             lacks.
-        InvalidRequestError: an offset option or the isolation level is malformed.
+        InvalidRequestError: an offset option, the isolation level or
+            ``ray_remote_args`` is malformed.
         OffsetOutOfRangeError: an explicit offset lies outside its partition's log.
     """
+    remote_args = check_remote_args(ray_remote_args)
     ranges = offsets.plan(cluster, topic, starting_offsets, ending_offsets, isolation_level)
     empty = empty_fetch(cluster.topic_metadata(topic).record_schema)
     schema = to_user_table(empty, topic, 0).schema
-    return ray.data.read_datasource(TopicDatasource(cluster, ranges, schema))
+    return ray.data.read_datasource(
+        TopicDatasource(cluster, ranges, schema), ray_remote_args=remote_args
+    )
+
+
+def check_remote_args(ray_remote_args: Any) -> dict[str, Any]:
+    """``ray_remote_args`` as a dict (None gives Ray's defaults).
+
+    Raises:
+        InvalidRequestError: not a dict with string keys.
+    """
+    if ray_remote_args is None:
+        return {}
+    if not isinstance(ray_remote_args, dict) or not all(
+        isinstance(key, str) for key in ray_remote_args
+    ):
+        raise InvalidRequestError(
+            f"ray_remote_args must be a dict of Ray task options such as "
+            f"{{'num_cpus': 0.5}}, not {ray_remote_args!r}"
+        )
+    return dict(ray_remote_args)
 
 
 class TopicDatasource(Datasource):

@@ -232,3 +232,28 @@ def test_iter_topic_follows_the_live_end(
     assert len(values) == 80
     assert sum(v.startswith(b"late-") for v in values) == 30
     assert all(t.num_rows <= 40 for t in seen)
+
+
+def test_read_and_write_tasks_take_ray_remote_args(
+    shared_cluster: Any, make_topic: Callable[..., str]
+) -> None:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    topic = make_topic(partitions=2)
+    rows = pa.table({"value": [b"v%d" % i for i in range(500)]})
+    light = {"num_cpus": 0.25}
+    written = rs.data.write_topic(
+        ray.data.from_arrow(rows), topic, cluster=shared_cluster, ray_remote_args=light
+    )
+    assert written == 500
+    back = arrow(rs.data.read_topic(shared_cluster, topic, ray_remote_args=light))
+    assert sorted(back.column("value").to_pylist()) == sorted(rows.column("value").to_pylist())
+    # The options reach the tasks: pinned to a node that does not exist, none can run.
+    nowhere = {"scheduling_strategy": NodeAffinitySchedulingStrategy("ab" * 28, soft=False)}
+    with pytest.raises(Exception, match=r"(?i)unschedulable|node|infeasible"):
+        arrow(rs.data.read_topic(shared_cluster, topic, ray_remote_args=nowhere))
+    with pytest.raises(InvalidRequestError, match="ray_remote_args must be a dict"):
+        rs.data.read_topic(shared_cluster, topic, ray_remote_args=["num_cpus", 1])
+    with pytest.raises(InvalidRequestError, match="ray_remote_args must be a dict"):
+        rs.data.write_topic(ray.data.from_arrow(rows), topic, ray_remote_args=0.5)
