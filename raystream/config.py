@@ -202,6 +202,9 @@ class ProducerConfig(KafkaConfig):
         retry_backoff_ms: pause before a retry (after a metadata refresh).
         buffer_memory: bytes of unsent records before ``send()`` blocks.
         max_block_ms: how long ``send()`` blocks for buffer space before it fails.
+        metadata_max_age_ms: how old the producer's topic metadata may grow before it
+            is fetched again, even without an error, so that partitions added to a
+            topic receive records (keys spread over the new count, as in Kafka).
     """
 
     acks: int = -1
@@ -222,6 +225,7 @@ class ProducerConfig(KafkaConfig):
     retry_backoff_ms: int = 100
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
+    metadata_max_age_ms: int = 300_000
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "acks", normalize_acks(self.acks))
@@ -238,6 +242,7 @@ class ProducerConfig(KafkaConfig):
             ("buffer_memory", 1),
             ("max_block_ms", 0),
             ("transaction_timeout_ms", 1),
+            ("metadata_max_age_ms", 0),
         ):
             value = getattr(self, name)
             require(

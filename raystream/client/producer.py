@@ -130,6 +130,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         buffer_memory: int = 33_554_432,
         max_block_ms: int = 60_000,
+        metadata_max_age_ms: int = 300_000,
     ) -> None:
         config = ProducerConfig(
             acks=acks,
@@ -150,6 +151,7 @@ class Producer:
             retry_backoff_ms=retry_backoff_ms,
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         self.config = config
         self.cluster = resolve_cluster(cluster)

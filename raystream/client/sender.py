@@ -157,6 +157,11 @@ class TopicCache:
         """Ask the controller again (after an error that says the cache is stale)."""
         return self._store(topic, self.cluster.topic_metadata(topic, refresh=True))
 
+    def topics(self) -> list[str]:
+        """The topics with cached info."""
+        with self._lock:
+            return list(self._infos)
+
     def _store(self, topic: str, metadata: Any) -> TopicInfo:
         info = TopicInfo.from_metadata(metadata)
         with self._lock:
@@ -341,6 +346,9 @@ class Sender(threading.Thread):
         self._stale: set[str] = set()
         self._next_refresh: dict[str, float] = {}
         self._next_expiry_check = 0.0
+        self._metadata_max_age_s = config.metadata_max_age_ms / 1000
+        self._next_metadata_refresh = clock() + self._metadata_max_age_s
+        self._refreshing_metadata = False
         self._abort_error: BaseException | None = None
         self.transaction: Any = None
         self._new_producer: tuple[int, int] | None = None
@@ -402,6 +410,8 @@ class Sender(threading.Thread):
         now = self._clock()
         if self._stale:
             self._refresh_stale(now)
+        if now >= self._next_metadata_refresh and not self._refreshing_metadata:
+            self._refresh_aged(now)
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + EXPIRY_CHECK_S
@@ -691,6 +701,28 @@ class Sender(threading.Thread):
                 self._stale.discard(topic)
             except Exception as error:  # the controller may be restarting too
                 logger.debug("metadata refresh of %r failed: %s", topic, error)
+
+    def _refresh_aged(self, now: float) -> None:
+        """Fetch the metadata of every topic in use again (``metadata_max_age_ms``).
+
+        In a thread of its own: a controller that is restarting would otherwise hold
+        up the sending to leaders that are serving all along.
+        """
+        self._next_metadata_refresh = now + self._metadata_max_age_s
+        self._refreshing_metadata = True
+        threading.Thread(
+            target=self._refresh_topics, name="raystream-producer-metadata", daemon=True
+        ).start()
+
+    def _refresh_topics(self) -> None:
+        try:
+            for topic in self._topics.topics():
+                try:
+                    self._topics.refresh(topic)
+                except Exception as error:  # deleted, or the controller is away: keep it
+                    logger.debug("metadata refresh of %r failed: %s", topic, error)
+        finally:
+            self._refreshing_metadata = False
 
     def _expire(self, now: float) -> None:
         config = self._config

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -229,6 +230,19 @@ def test_topics_configs_and_records_survive_shutdown_and_restart(cluster_factory
     assert produce(again, "keep", [b"three"], partition=1).base_offset == 2
 
 
+def wait_for_new_process(actor: Any, old_pid: int) -> float:
+    """When (monotonic seconds) a restarted ``actor`` answered from a new process."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if ray.get(actor.ping.remote(), timeout=5) != old_pid:
+                return time.monotonic()
+        except ray.exceptions.RayError:  # restarting
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} did not come back within 60 s")
+
+
 def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_serving(cluster) -> None:
     admin = cluster.admin()
     admin.create_topic("steady")
@@ -242,17 +256,37 @@ def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_servi
     schema = cluster.topic_metadata("steady").record_schema
     batch = build_batch(schema, [None], [b"during"], [1], None)
     assert ray.get(leader.produce.remote(batch, 1)).error_code == 0
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if ray.get(controller.ping.remote(), timeout=5) != old_pid:
-                break
-        except Exception:
-            time.sleep(0.2)
+    wait_for_new_process(controller, old_pid)
     assert admin.list_topics() == ["steady"]
     assert ray.get(leader.fetch.remote(0)).records.column("value").to_pylist() == [b"during"]
     # Producer ids never repeat: the restarted controller skips the reserved block.
     assert cluster.call("init_producer_id") == (PRODUCER_ID_BLOCK_SIZE, 0)
+
+
+def test_a_producer_keeps_sending_while_the_controller_restarts(cluster) -> None:
+    # metadata_max_age_ms=0: the producer asks the controller for metadata all the
+    # time; refreshes that meet the restarting controller must not hold up sends to
+    # the leaders it already knows.
+    cluster.admin().create_topic("busy", partitions=2)
+    producer = cluster.producer(acks=1, metadata_max_age_ms=0)
+    try:
+        assert producer.send("busy", b"warm", partition=1).get(30).offset == 0
+        controller = ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
+        old_pid = ray.get(controller.ping.remote())
+        ray.kill(controller, no_restart=False)
+        killed = time.monotonic()
+        time.sleep(0.2)  # refreshes now meet the restarting controller
+        futures = [producer.send("busy", b"%d" % i, partition=i % 2) for i in range(100)]
+        producer.flush(timeout=30)
+        sent = time.monotonic()
+        assert [f.get(0).offset for f in futures[:4]] == [0, 1, 1, 2]
+        back = wait_for_new_process(controller, old_pid)
+        assert sent < back, (
+            f"sends took until {sent - killed:.2f}s after the kill, the controller "
+            f"was back at {back - killed:.2f}s"
+        )
+    finally:
+        producer.close(timeout=10)
 
 
 def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:

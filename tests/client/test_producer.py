@@ -114,6 +114,7 @@ def test_a_bad_acks_is_refused_at_construction_by_value(acks: object) -> None:
         ("max_in_flight_requests_per_connection", 0, "max.in.flight.requests.per.connection=0"),
         ("request_timeout_ms", "soon", "request.timeout.ms='soon'"),
         ("value_serializer", "json", "value.serializer='json'"),
+        ("metadata_max_age_ms", -5, "metadata.max.age.ms=-5"),
     ],
 )
 def test_bad_options_are_refused_naming_key_and_value(
@@ -198,6 +199,24 @@ def test_keys_go_to_the_partition_kafka_would_choose(shared_cluster, make_topic,
     for partition in range(3):
         stored = read_partition(shared_cluster, topic, partition).column("key").to_pylist()
         assert stored == [k for k in keys if partition_for_key(k, 3) == partition]
+
+
+def test_keys_spread_over_partitions_added_later(shared_cluster, make_topic, producers) -> None:
+    # Kafka's producer sees a topic grow at its next metadata refresh
+    # (metadata.max.age.ms), and from then on keys hash over the new partition count.
+    topic = make_topic(partitions=1)
+    producer = producers(metadata_max_age_ms=100)
+    keys = [b"user-%d" % i for i in range(100)]
+    moved = next(k for k in keys if partition_for_key(k, 4) != 0)
+    assert producer.send(topic, b"v", key=moved).get(30).partition == 0
+    shared_cluster.admin().create_partitions(topic, 4)
+    deadline = time.monotonic() + 30
+    while producer.send(topic, b"v", key=moved).get(30).partition == 0:
+        assert time.monotonic() < deadline, "the producer never saw the new partitions"
+        time.sleep(0.05)
+    futures = [producer.send(topic, b"v", key=k) for k in keys]
+    producer.flush(timeout=30)
+    assert [f.get(0).partition for f in futures] == [partition_for_key(k, 4) for k in keys]
 
 
 def test_keyless_records_stick_to_one_partition_per_batch(make_topic, producers) -> None:
