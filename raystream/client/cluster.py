@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
 from raystream.actors import CONTROLLER_NAME, ControllerActor
-from raystream.client.transport import wait_result
+from raystream.client.transport import (
+    ensure_ray,
+    named_actor,
+    on_this_node,
+    stop_actor,
+    wait_result,
+)
 from raystream.config import BrokerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -28,7 +31,6 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
-from raystream.java import provide_java
 from raystream.protocol import Result, TopicMetadata
 
 DEFAULT_NAMESPACE = "raystream"
@@ -64,11 +66,7 @@ def connect(
     Raises:
         InvalidConfigError: ``data_dir`` differs from the running cluster's.
     """
-    if not ray.is_initialized():
-        provide_java()  # Ray gives a node Java workers (Spark on Ray) only if it finds one
-        ray_init_kwargs.setdefault("logging_level", "warning")
-        ray_init_kwargs.setdefault("log_to_driver", False)
-        ray.init(address=address, **ray_init_kwargs)
+    ensure_ray(address, **ray_init_kwargs)
     broker = BrokerConfig.from_kafka(
         broker_config or {},
         data_dir=os.path.abspath(os.path.expanduser(data_dir or default_data_dir())),
@@ -80,9 +78,7 @@ def connect(
         max_restarts=-1,
         num_cpus=0,
         get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(
-            ray.get_runtime_context().get_node_id(), soft=False
-        ),
+        scheduling_strategy=on_this_node(),
     ).remote(namespace, broker.to_kafka())
     running = wait_result(controller.broker_config.remote(), CONTROL_TIMEOUT_S, "controller start")
     if (
@@ -232,10 +228,7 @@ class Cluster:
 
     def _find_controller(self) -> Any:
         """The namespace's controller if it is alive or restarting, else None."""
-        try:
-            return ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
-        except ValueError:
-            return None
+        return named_actor(CONTROLLER_NAME, self.namespace)
 
     def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:
         """The cached metadata of ``topic`` (fetched from the controller when missing).
@@ -303,7 +296,7 @@ class Cluster:
         if self._find_controller() is None:
             return
         self.call("shutdown")
-        ray.kill(self.controller, no_restart=True)
+        stop_actor(self.controller)
         with self._lock:
             self._metadata.clear()
             self._coordinator = None
@@ -314,9 +307,12 @@ class Cluster:
 
 
 def _reattach(namespace: str, data_dir: str) -> Cluster:
-    if not ray.is_initialized():
-        ray.init(address="auto")
-    controller = ray.get_actor(CONTROLLER_NAME, namespace=namespace)
+    ensure_ray("auto")
+    controller = named_actor(CONTROLLER_NAME, namespace)
+    if controller is None:
+        raise BrokerNotAvailableError(
+            f"no raystream controller runs in namespace {namespace!r} of this Ray cluster"
+        )
     return Cluster(namespace, data_dir, controller)
 
 

@@ -30,12 +30,17 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import ray
-
 from raystream.actors.member import ARROW, RECORDS, GroupMemberActor
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.errors import GroupIdNotFoundError, InvalidRequestError, RaystreamError
+from raystream.client.transport import CALL_ERRORS, stop_actor, wait_result
+from raystream.errors import (
+    BrokerNotAvailableError,
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    RaystreamError,
+    RaystreamTimeoutError,
+)
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -174,10 +179,10 @@ class ConsumerGroup:
             del self._members[members:]
         for member, stopping in [(m, m.stop.remote()) for m in removed]:
             try:
-                ray.get(stopping, timeout=60)
-            except ray.exceptions.RayError as error:  # crashed or restarting: just kill it
+                wait_result(stopping, 60, "member stop")
+            except (RaystreamError, *CALL_ERRORS) as error:  # crashed or restarting: kill it
                 logger.info("group %s: member did not stop cleanly: %s", self.group_id, error)
-            ray.kill(member, no_restart=True)
+            stop_actor(member)
 
     def status(self) -> list[dict[str, Any]]:
         """Each member's status (processed, batches, failures, last_error, assignment);
@@ -185,8 +190,8 @@ class ConsumerGroup:
         statuses = []
         for member in self.members:
             try:
-                statuses.append(ray.get(member.status.remote(), timeout=30))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                statuses.append(wait_result(member.status.remote(), 30, "member status"))
+            except (BrokerNotAvailableError, RaystreamTimeoutError):
                 statuses.append({"alive": False})
         return statuses
 

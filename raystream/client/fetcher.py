@@ -34,7 +34,6 @@ Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -43,11 +42,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import ray
-from ray.exceptions import RayError
 
 from raystream.client.cluster import Cluster
-from raystream.client.transport import wait_result
+from raystream.client.transport import CALL_ERRORS, answered, cancel, wait_result
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -337,16 +334,9 @@ class Fetcher:
         waiting = self._collectable()
         if not waiting:
             return
-        refs = list(waiting)
-        if timeout_s > 0:
-            ready, refs = ray.wait(refs, num_returns=1, timeout=timeout_s)
-            if not ready:
-                return
-            if refs:
-                more, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                ready += more
-        else:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready = answered(list(waiting), max(timeout_s, 0.0))
+        if not ready:
+            return
         refresh: set[str] = set()
         for ref in ready:
             self._complete(waiting[ref], refresh)
@@ -364,7 +354,7 @@ class Fetcher:
         except RaystreamError as error:  # the replica actor died or is unreachable
             self._retry_later(state, error, refresh)
             return
-        except RayError as error:
+        except CALL_ERRORS as error:
             state.error = RaystreamError(f"fetch of {tp.topic}-{tp.partition} failed: {error}")
             return
         error = response.error()
@@ -560,7 +550,7 @@ class Fetcher:
         state.epoch += 1
         state.buffer = None
         if state.in_flight is not None:
-            _cancel(state.in_flight.ref)
+            cancel(state.in_flight.ref)
             state.in_flight = None
 
     def close(self) -> None:
@@ -568,11 +558,6 @@ class Fetcher:
         for state in self._states.values():
             self._discard(state)
         self._states = {}
-
-
-def _cancel(ref: Any) -> None:
-    with contextlib.suppress(Exception):  # best effort: the actor may be gone already
-        ray.cancel(ref)
 
 
 def _names(partitions: Any, limit: int = 10) -> str:

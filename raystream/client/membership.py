@@ -25,9 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import ray
-
-from raystream.client.transport import is_dead_actor_error, wait_result
+from raystream.client.transport import answered, cancel, current_actor_id, wait_result
 from raystream.errors import (
     BrokerNotAvailableError,
     CommitFailedError,
@@ -111,7 +109,7 @@ class GroupMembership:
         self._heartbeats: threading.Thread | None = None
         # A member inside a Ray actor tells the coordinator which one, so that a crash
         # of the actor moves its partitions as soon as Ray reports it.
-        self._actor_id: str | None = ray.get_runtime_context().get_actor_id()
+        self._actor_id: str | None = current_actor_id()
 
     # ------------------------------------------------------------- the protocol
 
@@ -144,10 +142,8 @@ class GroupMembership:
         fenced, self._fenced = self._fenced, None
         if fenced is not None:
             self._lose(fenced)
-        if self._join is not None:
-            ready, _ = ray.wait([self._join], timeout=0)
-            if ready:
-                self._complete_join()
+        if self._join is not None and answered([self._join]):
+            self._complete_join()
         if self._rejoin and self._join is None and self.topics:
             self._send_join()
 
@@ -214,8 +210,7 @@ class GroupMembership:
     def leave(self) -> None:
         """Leave the group (static members stay: their session timeout covers a restart)."""
         if self._join is not None:
-            with contextlib.suppress(Exception):  # already answered, or the actor is gone
-                ray.cancel(self._join)
+            cancel(self._join)
             self._join = None
         self._rejoin = False
         self.topics = []
@@ -310,8 +305,7 @@ class GroupMembership:
         if not self._commits:
             return
         refs = [ref for ref, _, _ in self._commits]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5 if wait else 0)
-        done = set(ready)
+        done = set(answered(refs, 5 if wait else 0, every=True))
         pending = []
         for ref, offsets, callback in self._commits:
             if ref not in done:
@@ -319,11 +313,11 @@ class GroupMembership:
                 continue
             error: Exception | None = None
             try:
-                ray.get(ref).unwrap()
+                wait_result(ref, None, "commit").unwrap()
             except IllegalGenerationError as e:
                 error = CommitFailedError(str(e))
             except Exception as e:
-                error = BrokerNotAvailableError(str(e)) if is_dead_actor_error(e) else e
+                error = e
             if callback is not None:
                 callback(offsets, error)
             elif error is not None:

@@ -88,7 +88,6 @@ from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
-import ray
 
 from raystream.client.accumulator import (
     REQUEST_FILL,
@@ -99,7 +98,7 @@ from raystream.client.accumulator import (
     build_requests,
 )
 from raystream.client.results import ProduceRequest
-from raystream.client.transport import is_dead_actor_error
+from raystream.client.transport import is_dead_actor_error, is_lost_call_error, put
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -547,7 +546,7 @@ class Sender(threading.Thread):
         (they may still be merged with the ones queued behind them).
         """
         if request.prepared is None and request.size_bytes >= PREPARE_MIN_BYTES:
-            request.prepared = ray.put(encode_records(self._encoder, request.payload()))
+            request.prepared = put(encode_records(self._encoder, request.payload()))
 
     def _next_batch(self, queue: _PartitionQueue) -> _Batch:
         """The batch to send next: the first one to retry, else a new one.
@@ -804,7 +803,7 @@ def _ray_error(error: BaseException, batch: _Batch) -> RaystreamError:
         return BrokerNotAvailableError(
             f"the leader of {batch.topic}-{batch.partition} is unavailable: {error}"
         )
-    if isinstance(error, ray.exceptions.RaySystemError | ray.exceptions.ObjectLostError):
+    if is_lost_call_error(error):
         return BrokerNotAvailableError(
             f"produce to {batch.topic}-{batch.partition} was lost: {error}"
         )
