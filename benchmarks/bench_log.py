@@ -3,12 +3,13 @@
 Appends and reads N 100-byte records in batches of 1,000 through :class:`raystream.log.Log`
 and writes/reads the same batches as one plain Arrow IPC stream file (the ceiling: no
 headers, checksums, indexes or offsets; uncompressed, as the log stores these batches),
-and copies the log as a follower does (``read_raw`` chunks into ``append_raw``). Write
-rounds of the ceiling and the log alternate; every figure is the best of the rounds,
-with elapsed time and, for writes, the thread's CPU time (on a shared machine the
-latter is the steadier of the two). Then fills a log to a few GB and measures append
-and read again at its end and start, to show that speed does not depend on how much
-the log holds.
+next to the bound of any checksummed log (each batch serialized, CRC32C'd and written,
+nothing else), and copies the log as a follower does (``read_raw`` chunks into
+``append_raw``). Write rounds of the ceiling, the bound and the log alternate; every
+figure is the best of the rounds, with elapsed time and, for writes, the thread's CPU
+time (on a shared machine the latter is the steadier of the two). Then fills a log to a
+few GB and measures append and read again at its end and start, to show that speed does
+not depend on how much the log holds.
 
 Run:  python -m benchmarks.bench_log [--records 10000000] [--big-gb 5] [--rounds 3] [--dir DIR]
 """
@@ -25,10 +26,12 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+import crc32c
 import numpy as np
 import pyarrow as pa
 
 from raystream.log import Log, LogConfig
+from raystream.log.batch import HEADER_SIZE, BatchEncoder
 
 VALUE_BYTES = 100
 BATCH = 1000
@@ -73,6 +76,28 @@ def raw_ipc(path: str, batch: pa.RecordBatch, batches: int) -> Timing:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
             for _ in range(batches):
                 writer.write_batch(batch)
+
+    return timed(write)
+
+
+def checksummed_write(path: str, batch: pa.RecordBatch, batches: int) -> Timing:
+    """Time to do only what any checksummed log must do per batch: serialize it, take
+    the CRC32C of header and bytes, and write both with one ``writev``; no offsets,
+    header fields, indexes or locks. The log comes no closer to the ceiling than this."""
+    encoder = BatchEncoder()
+    head = bytes(HEADER_SIZE)
+
+    def write() -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for _ in range(batches):
+                pieces = encoder.payload(batch, None)
+                crc = crc32c.crc32c(head)
+                for piece in pieces:
+                    crc = crc32c.crc32c(piece, value=crc)
+                os.writev(fd, [head, *pieces])
+        finally:
+            os.close(fd)
 
     return timed(write)
 
@@ -161,6 +186,13 @@ def main() -> None:
             os.sync()
             return raw_ipc(raw_path, batch, batches)
 
+        def bound_round() -> Timing:
+            bound_path = os.path.join(root, "checksummed.bin")
+            os.sync()
+            timing = checksummed_write(bound_path, batch, batches)
+            os.unlink(bound_path)
+            return timing
+
         def copy_round() -> Timing:
             # What a follower does: append_raw of the leader's read_raw chunks.
             with Log.open(log_path, LogConfig()) as leader:
@@ -183,14 +215,15 @@ def main() -> None:
 
         # Interleaved rounds: the page cache's state after gigabytes of writes moves
         # every writer's speed, so the ceiling and the log are measured side by side.
-        writes: dict[str, list[Timing]] = {"raw": [], "append": [], "flush": []}
+        writes: dict[str, list[Timing]] = {"raw": [], "bound": [], "append": [], "flush": []}
         for _ in range(args.rounds):
             writes["raw"].append(raw_round())
+            writes["bound"].append(bound_round())
             writes["append"].append(append_round(False))
             writes["flush"].append(append_round(True))
-        raw_write, append, append_flush = (
+        raw_write, bound, append, append_flush = (
             Timing(min(t.wall for t in writes[k]), min(t.cpu for t in writes[k]))
-            for k in ("raw", "append", "flush")
+            for k in ("raw", "bound", "append", "flush")
         )
         paired = [
             raw.wall / log.wall for raw, log in zip(writes["raw"], writes["append"], strict=True)
@@ -216,6 +249,7 @@ def main() -> None:
 
         rows = [
             ("raw Arrow IPC write", records / raw_write.wall, None, None),
+            write_row("serialize + CRC32C + writev only (the bound)", bound),
             write_row("Log.append", append),
             write_row("Log.append + flush (fsync) at end", append_flush),
             write_row(f"Log.append_raw ({COPY_CHUNK_BYTES >> 20} MB chunks, a follower)", copy),
