@@ -35,6 +35,7 @@ from raystream.log import cleaner
 from raystream.log.batch import (
     ATTR_COMMIT,
     ATTR_CONTROL,
+    ATTR_EXPLICIT_OFFSETS,
     ATTR_LOG_APPEND_TIME,
     ATTR_TRANSACTIONAL,
     CODECS,
@@ -446,7 +447,8 @@ class Log:
                 for position, header in segment.headers(start_position):
                     if header.base_offset >= limit or (result and total + header.size > max_bytes):
                         return result
-                    segment.check(position, header, buffer)
+                    if position + header.size > segment.verified_bytes:
+                        segment.check(position, header, buffer)
                     result.append(StoredBatch(header, buffer, position))
                     total += header.size
             return result
@@ -1024,11 +1026,15 @@ def decode_stored(
     examined = start_offset
     for item in stored:
         header = item.header
-        if header.is_control or (skip is not None and skip(header)):
-            examined = min(header.next_offset, limit)
+        base = header.base_offset
+        after = base + header.last_offset_delta + 1
+        attributes = header.attributes
+        if attributes & ATTR_CONTROL or (skip is not None and skip(header)):
+            examined = after if after < limit else limit
             continue
+        explicit = attributes & ATTR_EXPLICIT_OFFSETS
         batch_schema, decoded = decoder.decode_with_schema(item.payload)
-        if header.has_explicit_offsets:
+        if explicit:
             rows = batch_offsets(header, decoded)
             decoded = user_columns(header, decoded)
             batch_schema = decoded.schema
@@ -1036,17 +1042,16 @@ def decode_stored(
             schema = batch_schema
         elif batch_schema is not schema and not batch_schema.equals(schema):
             break
-        examined = min(header.next_offset, limit)
+        examined = after if after < limit else limit
         count = decoded.num_rows
-        if header.has_explicit_offsets:
+        if explicit:
             lo = int(np.searchsorted(rows, start_offset))
             hi = int(np.searchsorted(rows, limit))
             rows = rows[lo:hi]
             contiguous = False
         else:
-            base = header.base_offset
-            lo = max(start_offset - base, 0)
-            hi = min(limit - base, count)
+            lo = start_offset - base if start_offset > base else 0
+            hi = limit - base if limit - base < count else count
             rows = (base + lo, base + hi)
             if next_offset >= 0 and base + lo != next_offset:
                 contiguous = False

@@ -144,10 +144,11 @@ class LogSegment:
             CorruptRecordError: a header is malformed, or (``verify``) a CRC mismatches.
         """
         buffer = self.view()
-        while position < self.size:
-            header = parse_header(buffer, position, self.size, self.where)
+        size, where = self.size, self.where
+        while position < size:
+            header = parse_header(buffer, position, size, where)
             if verify:
-                verify_crc(buffer, position, header, self.where)
+                verify_crc(buffer, position, header, where)
             yield position, header
             position += header.size
 
