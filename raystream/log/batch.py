@@ -313,10 +313,17 @@ class PayloadDecoder:
 
     def decode_with_schema(self, payload: pa.Buffer) -> tuple[pa.Schema, pa.RecordBatch]:
         """The batch and its cached schema object (identical objects for equal schemas)."""
-        (metadata_size,) = _EPOCH.unpack_from(payload, 4)
-        schema_end = 8 + metadata_size
+        return self.decode_at(payload, 0, payload.size)
+
+    def decode_at(
+        self, buffer: pa.Buffer, start: int, end: int
+    ) -> tuple[pa.Schema, pa.RecordBatch]:
+        """:meth:`decode_with_schema` of the payload at ``buffer[start:end]``, without
+        cutting it out first (a read decodes every batch of a segment this way)."""
+        (metadata_size,) = _EPOCH.unpack_from(buffer, start + 4)
+        schema_end = start + 8 + metadata_size
         # memoryview and slice(): a third of the cost of Buffer's [a:b] per batch.
-        key = memoryview(payload)[:schema_end].tobytes()
+        key = memoryview(buffer)[start:schema_end].tobytes()
         cached = self._schemas.get(key)
         if cached is None:
             schema = pa.ipc.read_schema(pa.py_buffer(key))
@@ -327,8 +334,8 @@ class PayloadDecoder:
         schema, has_dictionaries = cached
         if has_dictionaries:
             # Dictionary messages sit between the schema and the batch.
-            return schema, pa.ipc.open_stream(payload).read_next_batch()
-        return schema, pa.ipc.read_record_batch(payload.slice(schema_end), schema)
+            return schema, pa.ipc.open_stream(buffer.slice(start, end - start)).read_next_batch()
+        return schema, pa.ipc.read_record_batch(buffer.slice(schema_end, end - schema_end), schema)
 
 
 def batch_offsets(header: BatchHeader, batch: pa.RecordBatch) -> np.ndarray:

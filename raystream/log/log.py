@@ -1033,7 +1033,10 @@ def decode_stored(
             examined = after if after < limit else limit
             continue
         explicit = attributes & ATTR_EXPLICIT_OFFSETS
-        batch_schema, decoded = decoder.decode_with_schema(item.payload)
+        position = item.position
+        batch_schema, decoded = decoder.decode_at(
+            item.buffer, position + HEADER_SIZE, position + header.size
+        )
         if explicit:
             rows = batch_offsets(header, decoded)
             decoded = user_columns(header, decoded)
