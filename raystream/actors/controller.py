@@ -40,7 +40,7 @@ from raystream.controller.metadata import (
     validate_count,
     validate_topic_name,
 )
-from raystream.controller.placement import is_spread, place_replicas
+from raystream.controller.placement import is_spread, place_replicas, rebind_restarted_nodes
 from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
     FencedLeaderEpochError,
@@ -95,6 +95,11 @@ def alive_nodes() -> list[str]:
     return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
 
 
+def node_hosts() -> dict[str, str]:
+    """The address of each Ray node that is alive, by node id."""
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+
+
 class Controller:
     """Topic lifecycle, replica placement and metadata for one raystream cluster.
 
@@ -116,6 +121,9 @@ class Controller:
         self.topics, producer_id_end = self._replay()
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
+        for topic in rebind_restarted_nodes(list(self.topics.values()), node_hosts()):
+            logger.warning("%s: replicas found again on their restarted Ray nodes", topic.name)
+            self._persist(topic.name, topic)
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.partitions))))
         self._stopping = threading.Event()
@@ -150,7 +158,14 @@ class Controller:
         return topics, producer_id_end
 
     def _persist(self, name: str, topic: TopicState | None) -> None:
-        """Durably record a topic's new state (None: deleted) before acting on it."""
+        """Durably record a topic's new state (None: deleted) before acting on it,
+        with the address of each replica's node (see ``rebind_restarted_nodes``)."""
+        if topic is not None:
+            hosts = node_hosts()
+            for state in topic.partitions:
+                for replica_id, node in state.nodes.items():
+                    if node in hosts:
+                        state.hosts[replica_id] = hosts[node]
         self._persist_record(name.encode(), None if topic is None else topic.to_json().encode())
 
     def _persist_record(self, key: bytes, value: bytes | None) -> None:
@@ -190,6 +205,7 @@ class Controller:
         """Find or create the replica actors of ``partitions``, wait until they serve,
         and tell each its role."""
         pending = []
+        live = set(alive_nodes())
         for p in partitions:
             state = topic.partitions[p]
             for replica_id in state.replicas:
@@ -197,6 +213,8 @@ class Controller:
                 try:
                     handle = ray.get_actor(name, namespace=self.namespace)
                 except ValueError:
+                    if state.nodes.get(replica_id) not in live:
+                        continue  # lost with its node: the monitor replaces it
                     handle = self._create_replica(topic, p, replica_id)
                 self._handles[(topic.name, p, replica_id)] = handle
                 pending.append(handle.ping.remote())

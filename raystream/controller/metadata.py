@@ -74,6 +74,10 @@ class PartitionState:
         leader_epoch: bumped at every leader change.
         isr: replica ids in sync with the leader.
         partition_epoch: bumped at every change of this state (fences stale updates).
+        hosts: replica id -> address of its node. Unlike the node id, which Ray makes
+            anew each time a node starts, the address survives a restart of Ray, so
+            the controller can find a replica's disk again (empty in records written
+            before it was kept).
     """
 
     partition: int
@@ -83,6 +87,7 @@ class PartitionState:
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
     partition_epoch: int = 0
+    hosts: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,7 +123,13 @@ class TopicState:
         """Rebuild a state from :meth:`to_json`'s output."""
         data = json.loads(text)
         partitions = [
-            PartitionState(**{**p, "nodes": {int(k): v for k, v in p["nodes"].items()}})
+            PartitionState(
+                **{
+                    **p,
+                    "nodes": {int(k): v for k, v in p["nodes"].items()},
+                    "hosts": {int(k): v for k, v in p.get("hosts", {}).items()},
+                }
+            )
             for p in data.pop("partitions")
         ]
         schema = data.pop("value_schema")

@@ -13,6 +13,8 @@ Example:
 
 from __future__ import annotations
 
+from raystream.controller.metadata import TopicState
+
 
 def place_replicas(
     nodes: list[str], partitions: int, replication_factor: int, start: int = 0, first: int = 0
@@ -42,3 +44,36 @@ def place_replicas(
 def is_spread(assigned: list[str]) -> bool:
     """Whether every replica of a partition is on a different node."""
     return len(set(assigned)) == len(assigned)
+
+
+def rebind_restarted_nodes(topics: list[TopicState], hosts: dict[str, str]) -> list[TopicState]:
+    """Point replicas whose node id is stale at the live node with the same address.
+
+    Ray gives a node a new id each time it starts, while a replica's data stays on its
+    node's disk: after Ray restarts (a reboot, ``ray stop`` and ``ray start``, the
+    embedded cluster of a new process) every recorded node id is stale. Kafka keys a
+    broker by a ``broker.id`` kept in its log directory; here the node's address plays
+    that part. A replica recorded without an address (older metadata) is rebound only
+    when every live node has one address: then its disk can only be there. A replica
+    with no match keeps its stale node and counts as lost with it. Returns the topics
+    changed.
+    """
+    by_host: dict[str, str] = {}
+    for node, host in sorted(hosts.items()):
+        by_host.setdefault(host, node)
+    only = next(iter(by_host.values())) if len(by_host) == 1 else None
+    changed = []
+    for topic in topics:
+        moved = False
+        for state in topic.partitions:
+            for replica_id, node in sorted(state.nodes.items()):
+                if node in hosts:
+                    continue
+                host = state.hosts.get(replica_id)
+                target = only if host is None else by_host.get(host)
+                if target is not None:
+                    state.nodes[replica_id] = target
+                    moved = True
+        if moved:
+            changed.append(topic)
+    return changed

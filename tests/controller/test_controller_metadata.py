@@ -12,7 +12,7 @@ from raystream.controller.metadata import (
     validate_count,
     validate_topic_name,
 )
-from raystream.controller.placement import is_spread, place_replicas
+from raystream.controller.placement import is_spread, place_replicas, rebind_restarted_nodes
 from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
     IllegalStateError,
@@ -92,7 +92,9 @@ def test_topic_state_round_trips_through_its_metadata_record() -> None:
         name="orders",
         topic_id="abc",
         partitions=[
-            PartitionState(0, [0, 1], {0: "n1", 1: "n2"}, leader=1, leader_epoch=3, isr=[1])
+            PartitionState(
+                0, [0, 1], {0: "n1", 1: "n2"}, leader=1, leader_epoch=3, isr=[1], hosts={0: "h1"}
+            )
         ],
         config={"retention.ms": 1000},
         value_schema=schema.serialize().to_pybytes(),
@@ -101,6 +103,41 @@ def test_topic_state_round_trips_through_its_metadata_record() -> None:
     assert again == state
     assert again.schema().equals(schema)
     assert again.partitions[0].nodes == {0: "n1", 1: "n2"}
+    assert again.partitions[0].hosts == {0: "h1"}
+
+
+def test_a_record_written_before_hosts_were_kept_reads_with_none() -> None:
+    state = TopicState("t", "id", [PartitionState(0, [0], {0: "n1"}, leader=0)])
+    record = state.to_json().replace('"hosts": {}, ', "")
+    assert '"hosts"' not in record
+    assert TopicState.from_json(record).partitions[0].hosts == {}
+
+
+def _topic(name: str, nodes: dict[int, str], hosts: dict[int, str]) -> TopicState:
+    return TopicState(
+        name, name, [PartitionState(0, sorted(nodes), dict(nodes), leader=0, hosts=dict(hosts))]
+    )
+
+
+def test_replicas_of_a_restarted_ray_find_their_nodes_again_by_address() -> None:
+    # Ray restarted: every node has a new id; the addresses stayed.
+    moved = _topic("moved", {0: "old-a", 1: "old-b"}, {0: "10.0.0.1", 1: "10.0.0.2"})
+    live = _topic("live", {0: "new-a"}, {0: "10.0.0.1"})
+    gone = _topic("gone", {0: "old-c"}, {0: "10.0.0.3"})  # that machine is gone
+    hosts = {"new-a": "10.0.0.1", "new-b": "10.0.0.2"}
+    assert rebind_restarted_nodes([moved, live, gone], hosts) == [moved]
+    assert moved.partitions[0].nodes == {0: "new-a", 1: "new-b"}
+    assert live.partitions[0].nodes == {0: "new-a"}
+    assert gone.partitions[0].nodes == {0: "old-c"}  # lost with its node
+
+
+def test_replicas_recorded_without_an_address_move_only_to_a_single_machine() -> None:
+    legacy = _topic("legacy", {0: "old"}, {})
+    assert rebind_restarted_nodes([legacy], {"x": "10.0.0.1", "y": "10.0.0.2"}) == []
+    assert legacy.partitions[0].nodes == {0: "old"}
+    # Several nodes of one machine (one address): the disk can only be there.
+    assert rebind_restarted_nodes([legacy], {"y": "10.0.0.1", "x": "10.0.0.1"}) == [legacy]
+    assert legacy.partitions[0].nodes == {0: "x"}
 
 
 def test_producer_ids_come_from_blocks_reserved_before_use() -> None:
