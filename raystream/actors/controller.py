@@ -121,9 +121,13 @@ class Controller:
         self.topics, producer_id_end = self._replay()
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
-        for topic in rebind_restarted_nodes(list(self.topics.values()), node_hosts()):
-            logger.warning("%s: replicas found again on their restarted Ray nodes", topic.name)
-            self._persist(topic.name, topic)
+        rebound = rebind_restarted_nodes(list(self.topics.values()), node_hosts())
+        for topic in self.topics.values():
+            if any(topic is t for t in rebound):
+                logger.warning("%s: replicas found again on their restarted Ray nodes", topic.name)
+                self._persist(topic.name, topic)
+            elif any(r not in p.hosts for p in topic.partitions for r in p.nodes):
+                self._persist(topic.name, topic)  # older metadata: record the addresses now
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.partitions))))
         self._stopping = threading.Event()

@@ -57,6 +57,11 @@ def rebind_restarted_nodes(topics: list[TopicState], hosts: dict[str, str]) -> l
     when every live node has one address: then its disk can only be there. A replica
     with no match keeps its stale node and counts as lost with it. Returns the topics
     changed.
+
+    Example:
+        replica 0 on node "n1" at 10.0.0.1, replica 1 on "n2" at 10.0.0.2; after a
+        restart the live nodes are {"m1": 10.0.0.1, "m3": 10.0.0.3}: replica 0 moves to
+        "m1" (its disk is there), replica 1 keeps "n2" and is lost with that machine.
     """
     by_host: dict[str, str] = {}
     for node, host in sorted(hosts.items()):
