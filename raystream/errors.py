@@ -299,6 +299,16 @@ class ProducerFencedError(RaystreamError):
     code = 90
 
 
+class LogDirInUseError(RaystreamError):
+    """A data directory is held by another raystream process.
+
+    Two clusters writing the same logs would corrupt them, so the controller holds its
+    data directory's lock for as long as it runs, like a Kafka broker's log directory.
+    """
+
+    code = 56  # Kafka's KAFKA_STORAGE_ERROR
+
+
 class IllegalStateError(RaystreamError):
     """A client was used in a state that does not allow the call (e.g. after close)."""
 
@@ -342,6 +352,7 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         InvalidRecordError,
         FencedLeaderEpochError,
         ProducerFencedError,
+        LogDirInUseError,
     )
 }
 

@@ -47,12 +47,14 @@ from raystream.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
+    LogDirInUseError,
     RaystreamTimeoutError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log import Log, LogConfig
+from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader
@@ -65,6 +67,9 @@ METADATA_DIR = "__cluster_metadata-0"
 PRODUCER_ID_BLOCK_KEY = b"@producer-id-block"
 """Metadata-log key of the reserved producer-id block end ('@' is in no topic name)."""
 REPLICA_READY_TIMEOUT_S = 120
+DATA_DIR_LOCK_WAIT_S = 10
+"""How long a starting controller waits for the data directory's lock: a controller
+that Ray restarts may find its predecessor's process still exiting."""
 MONITOR_INTERVAL_S = 0.5
 PING_TIMEOUT_S = 1.0
 QUICK_PING_S = 0.2
@@ -95,6 +100,25 @@ def alive_nodes() -> list[str]:
     return sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
 
 
+def _lock_data_dir(data_dir: str) -> int:
+    """Hold the data directory's lock for the controller's life (see LogDirInUseError).
+
+    Raises:
+        LogDirInUseError: another process still holds it after DATA_DIR_LOCK_WAIT_S.
+    """
+    deadline = time.monotonic() + DATA_DIR_LOCK_WAIT_S
+    while True:
+        try:
+            return lock_directory(data_dir)
+        except LogDirInUseError as error:
+            if time.monotonic() >= deadline:
+                raise LogDirInUseError(
+                    f"data dir {error}: another raystream cluster runs on it (another "
+                    "process on the embedded default?)"
+                ) from None
+            time.sleep(0.2)
+
+
 def node_hosts() -> dict[str, str]:
     """The address of each Ray node that is alive, by node id."""
     return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
@@ -113,6 +137,7 @@ class Controller:
         self.broker = BrokerConfig.from_kafka(broker)
         self.broker_options = self.broker.to_kafka()
         self.node_id = ray.get_runtime_context().get_node_id()
+        self._data_dir_lock = _lock_data_dir(self.broker.data_dir)
         self._lock = threading.RLock()
         self._log = Log.open(
             os.path.join(self.broker.data_dir, METADATA_DIR),
@@ -939,6 +964,9 @@ class Controller:
             for topic in self.topics.values():
                 self._stop_replicas(topic, delete_data=False)
             self._log.close()
+            if self._data_dir_lock >= 0:  # free for the next cluster at once
+                os.close(self._data_dir_lock)
+                self._data_dir_lock = -1
         return Result()
 
     def ping(self) -> int:

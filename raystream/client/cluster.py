@@ -28,13 +28,16 @@ from raystream.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
     InvalidConfigError,
+    LogDirInUseError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
+from raystream.log.checkpoint import lock_directory
 from raystream.protocol import Result, TopicMetadata
 
 DEFAULT_NAMESPACE = "raystream"
 CONTROL_TIMEOUT_S = 300
+DATA_DIR_WAIT_S = 5
 
 
 def default_data_dir() -> str:
@@ -65,12 +68,16 @@ def connect(
 
     Raises:
         InvalidConfigError: ``data_dir`` differs from the running cluster's.
+        LogDirInUseError: another cluster (another process's embedded Ray, say) runs
+            on ``data_dir``.
     """
     ensure_ray(address, **ray_init_kwargs)
     broker = BrokerConfig.from_kafka(
         broker_config or {},
         data_dir=os.path.abspath(os.path.expanduser(data_dir or default_data_dir())),
     )
+    if named_actor(CONTROLLER_NAME, namespace) is None:
+        _check_data_dir_free(broker.data_dir)
     controller = ControllerActor.options(
         name=CONTROLLER_NAME,
         namespace=namespace,
@@ -90,6 +97,33 @@ def connect(
             f"in namespace {namespace!r}; stop it first (raystream down) or omit data_dir"
         )
     return Cluster(namespace, running["data.dir"], controller)
+
+
+def _check_data_dir_free(data_dir: str) -> None:
+    """Refuse to start a controller on a data directory another cluster holds.
+
+    The controller takes the lock itself; checking here first, on the same node (it
+    is pinned to this one), turns the refusal into this process's own clear error.
+    Waits up to DATA_DIR_WAIT_S for a controller that was just stopped or killed.
+
+    Raises:
+        LogDirInUseError: another process (another cluster's controller) holds it.
+    """
+    deadline = time.monotonic() + DATA_DIR_WAIT_S
+    while True:
+        try:
+            os.close(lock_directory(data_dir))
+            return
+        except LogDirInUseError:
+            if time.monotonic() < deadline:  # a cluster just stopped may still be exiting
+                time.sleep(0.2)
+                continue
+        raise LogDirInUseError(
+            f"data dir {data_dir} is in use by another raystream cluster, e.g. another "
+            "process that started its own embedded Ray on it; to share one cluster "
+            "between processes start it with `raystream up` (then rs.connect() attaches), "
+            "or give this cluster its own data_dir"
+        )
 
 
 class Cluster:

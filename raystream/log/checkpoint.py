@@ -1,8 +1,15 @@
-"""Small durable files kept beside a log: written whole, atomically, and fsynced."""
+"""Small files kept beside a log: checkpoints written whole, atomically, and fsynced;
+and the lock file that keeps a directory to one process."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+
+from raystream.errors import LogDirInUseError
+
+LOCK_FILE = ".lock"
+"""The file whose exclusive lock marks a directory as in use (Kafka's name)."""
 
 
 def fsync_directory(directory: str) -> None:
@@ -32,3 +39,23 @@ def read_int(path: str, default: int) -> int:
             return int(f.read().strip())
     except (FileNotFoundError, ValueError):
         return default
+
+
+def lock_directory(directory: str) -> int:
+    """Take ``directory``'s exclusive lock, creating the directory if needed.
+
+    Returns the descriptor that holds the lock: closing it releases the lock, and so
+    does the end of the process, however it ends (a kill included), so a lock never
+    outlives its holder. Does not wait.
+
+    Raises:
+        LogDirInUseError: another open of the lock file holds it (another process).
+    """
+    os.makedirs(directory, exist_ok=True)
+    fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirInUseError(f"{directory} is in use by another process") from None
+    return fd

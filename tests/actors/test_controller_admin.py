@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from raystream.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    LogDirInUseError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -343,3 +345,41 @@ def test_topics_and_records_survive_a_restart_of_ray_itself(tmp_path) -> None:
     step("write")
     values = json.loads(step("read").strip().splitlines()[-1])
     assert values == sorted([str(i) for i in range(10)] + ["after"])
+
+
+HOLD_DATA_DIR = """
+import sys, time
+import raystream as rs
+
+rs.connect(address="local", namespace="holder", data_dir=sys.argv[1])
+print("up", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.slow
+def test_a_second_cluster_on_a_data_dir_in_use_is_refused_by_name(tmp_path) -> None:
+    """Needs a second Ray: the holder is a process on the embedded default, the way two
+    scripts that each call rs.connect() would share ~/.raystream/data."""
+    data = str(tmp_path / "data")
+    script = tmp_path / "hold.py"
+    script.write_text(HOLD_DATA_DIR)
+    holder = subprocess.Popen(
+        [sys.executable, str(script), data],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        with pytest.raises(LogDirInUseError, match=re.escape(f"data dir {data} is in use")):
+            rs.connect(namespace="second-on-one-dir", data_dir=data)
+    finally:
+        holder.send_signal(signal.SIGINT)  # its Ray shuts down with it
+        holder.wait(60)
+    cluster = rs.connect(namespace="second-on-one-dir", data_dir=data)
+    try:
+        cluster.admin().create_topic("mine")
+        assert cluster.admin().list_topics() == ["mine"]
+    finally:
+        cluster.shutdown()
