@@ -106,17 +106,13 @@ def _lock_data_dir(data_dir: str) -> int:
     Raises:
         LogDirInUseError: another process still holds it after DATA_DIR_LOCK_WAIT_S.
     """
-    deadline = time.monotonic() + DATA_DIR_LOCK_WAIT_S
-    while True:
-        try:
-            return lock_directory(data_dir)
-        except LogDirInUseError as error:
-            if time.monotonic() >= deadline:
-                raise LogDirInUseError(
-                    f"data dir {error}: another raystream cluster runs on it (another "
-                    "process on the embedded default?)"
-                ) from None
-            time.sleep(0.2)
+    try:
+        return lock_directory(data_dir, DATA_DIR_LOCK_WAIT_S)
+    except LogDirInUseError as error:
+        raise LogDirInUseError(
+            f"data dir {error}: another raystream cluster runs on it (another process on "
+            "the embedded default?)"
+        ) from None
 
 
 def node_hosts() -> dict[str, str]:
@@ -146,13 +142,15 @@ class Controller:
         self.topics, producer_id_end = self._replay()
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
-        rebound = rebind_restarted_nodes(list(self.topics.values()), node_hosts())
+        self._hosts = node_hosts()  # a node id keeps its address for life: cached
+        rebound = rebind_restarted_nodes(list(self.topics.values()), self._hosts)
         for topic in self.topics.values():
-            if any(topic is t for t in rebound):
+            moved = any(topic is t for t in rebound)
+            if moved:
                 logger.warning("%s: replicas found again on their restarted Ray nodes", topic.name)
+            # Older metadata lacks the addresses: record them now.
+            if moved or any(r not in p.hosts for p in topic.partitions for r in p.nodes):
                 self._persist(topic.name, topic)
-            elif any(r not in p.hosts for p in topic.partitions for r in p.nodes):
-                self._persist(topic.name, topic)  # older metadata: record the addresses now
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.partitions))))
         self._stopping = threading.Event()
@@ -190,11 +188,12 @@ class Controller:
         """Durably record a topic's new state (None: deleted) before acting on it,
         with the address of each replica's node (see ``rebind_restarted_nodes``)."""
         if topic is not None:
-            hosts = node_hosts()
+            if any(n not in self._hosts for p in topic.partitions for n in p.nodes.values()):
+                self._hosts.update(node_hosts())  # Ray is asked only about new nodes
             for state in topic.partitions:
                 for replica_id, node in state.nodes.items():
-                    if node in hosts:
-                        state.hosts[replica_id] = hosts[node]
+                    if node in self._hosts:
+                        state.hosts[replica_id] = self._hosts[node]
         self._persist_record(name.encode(), None if topic is None else topic.to_json().encode())
 
     def _persist_record(self, key: bytes, value: bytes | None) -> None:

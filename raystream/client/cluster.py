@@ -109,21 +109,15 @@ def _check_data_dir_free(data_dir: str) -> None:
     Raises:
         LogDirInUseError: another process (another cluster's controller) holds it.
     """
-    deadline = time.monotonic() + DATA_DIR_WAIT_S
-    while True:
-        try:
-            os.close(lock_directory(data_dir))
-            return
-        except LogDirInUseError:
-            if time.monotonic() < deadline:  # a cluster just stopped may still be exiting
-                time.sleep(0.2)
-                continue
+    try:
+        os.close(lock_directory(data_dir, DATA_DIR_WAIT_S))
+    except LogDirInUseError:
         raise LogDirInUseError(
             f"data dir {data_dir} is in use by another raystream cluster, e.g. another "
             "process that started its own embedded Ray on it; to share one cluster "
             "between processes start it with `raystream up` (then rs.connect() attaches), "
             "or give this cluster its own data_dir"
-        )
+        ) from None
 
 
 class Cluster:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 
 from raystream.errors import LogDirInUseError
 
@@ -41,21 +42,26 @@ def read_int(path: str, default: int) -> int:
         return default
 
 
-def lock_directory(directory: str) -> int:
+def lock_directory(directory: str, wait_s: float = 0.0) -> int:
     """Take ``directory``'s exclusive lock, creating the directory if needed.
 
     Returns the descriptor that holds the lock: closing it releases the lock, and so
     does the end of the process, however it ends (a kill included), so a lock never
-    outlives its holder. Does not wait.
+    outlives its holder. Waits up to ``wait_s`` for a holder that is letting go (a
+    process still exiting).
 
     Raises:
         LogDirInUseError: another open of the lock file holds it (another process).
     """
     os.makedirs(directory, exist_ok=True)
+    deadline = time.monotonic() + wait_s
     fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise LogDirInUseError(f"{directory} is in use by another process") from None
-    return fd
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LogDirInUseError(f"{directory} is in use by another process") from None
+            time.sleep(0.2)

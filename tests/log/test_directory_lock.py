@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -42,3 +43,10 @@ def test_the_lock_ends_with_its_process_even_a_killed_one(tmp_path) -> None:
         holder.kill()
         holder.wait(30)
     os.close(lock_directory(directory))
+
+
+def test_a_waiting_lock_is_taken_once_its_holder_lets_go(tmp_path) -> None:
+    directory = str(tmp_path)
+    fd = lock_directory(directory)
+    threading.Timer(0.3, os.close, (fd,)).start()
+    os.close(lock_directory(directory, wait_s=10))
