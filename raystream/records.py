@@ -249,10 +249,11 @@ def iter_consumer_records(
     pass (Arrow's ``to_pylist``, numpy's ``tolist``); the records are then made by a
     C-level ``zip`` as the caller advances, so a record the caller drops right away
     never lives through a garbage collection (iteration stays fast). Deserializers run
-    per record and are not called for None keys or values (no key, tombstone). Each
-    record gets its own headers list. ``cursor``, an iterator over the offsets, may
-    stand in for them: records are made while it yields, so its length hint tells how
-    many were taken, and emptying the list under it ends the records early.
+    per record and are not called for None keys or values (no key, tombstone). Headers
+    are a tuple of (key, value) pairs, empty when a record has none. ``cursor``, an
+    iterator over the offsets, may stand in for them: records are made while it yields,
+    so its length hint tells how many were taken, and emptying the list under it ends
+    the records early.
     """
     count = table.num_rows
     if count == 0:
@@ -321,18 +322,24 @@ def _skipping_none(deserializer: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return deserialize
 
 
-def _headers(column: pa.ChunkedArray, count: int) -> Iterator[list[tuple[str, bytes]]]:
-    """Per-record header lists, converting the child columns once for all records."""
+def _headers(column: pa.ChunkedArray, count: int) -> Iterator[tuple[tuple[str, bytes], ...]]:
+    """Per-record header tuples, converting the child columns once for all records.
+
+    Tuples, not lists: a record is immutable, and records without headers share the
+    empty tuple instead of holding a list each, which halves the objects a large poll
+    hands the cyclic GC to track (measured: 1.2M -> 1.5-2.1M records/s per-record
+    consume).
+    """
     if column.null_count == count:
-        return map(list, repeat((), count))
-    headers: list[list[tuple[str, bytes]]] = []
+        return repeat((), count)
+    headers: list[tuple[tuple[str, bytes], ...]] = []
     for chunk in column.chunks:
         if len(chunk) == 0:
             continue
         bounds = chunk.offsets.to_numpy()
         low = int(bounds[0])
         keys, values = chunk.flatten().flatten()
-        pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
+        pairs = tuple(zip(keys.to_pylist(), values.to_pylist(), strict=True))
         relative = (bounds - low).tolist()
         headers.extend(map(pairs.__getitem__, map(slice, relative[:-1], relative[1:])))
     return iter(headers)

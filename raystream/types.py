@@ -42,6 +42,9 @@ class ConsumerRecord(NamedTuple):
 
     ``timestamp_type`` is 0 for CreateTime and 1 for LogAppendTime. ``value`` is bytes
     (or the deserializer's result), None for a tombstone, or a dict for a typed topic.
+    ``headers`` is a tuple of (key, value) pairs, ``()`` when the record has none:
+    immutable like the record (records are hashable), and without a list per record
+    for the garbage collector to track.
     """
 
     topic: str
@@ -51,7 +54,7 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int
     key: Any
     value: Any
-    headers: list[tuple[str, bytes]]
+    headers: tuple[tuple[str, bytes], ...]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pyarrow as pa
 import pytest
 
@@ -41,9 +43,18 @@ def test_byte_records_round_trip_to_consumer_records() -> None:
     batch = build_batch(BYTES_SCHEMA, [b"k", None], [b"v", None], [10, 11], [[("h", b"1")], None])
     records = to_consumer_records(with_offsets(batch, 5), "t", 2, 0)
     assert records == [
-        ConsumerRecord("t", 2, 5, 10, 0, b"k", b"v", [("h", b"1")]),
-        ConsumerRecord("t", 2, 6, 11, 0, None, None, []),
+        ConsumerRecord("t", 2, 5, 10, 0, b"k", b"v", (("h", b"1"),)),
+        ConsumerRecord("t", 2, 6, 11, 0, None, None, ()),
     ]
+
+
+def test_records_are_immutable_all_the_way_down() -> None:
+    """Headers are tuples, so records are hashable and records without headers share
+    one empty tuple: no list per record for the garbage collector to track."""
+    batch = build_batch(BYTES_SCHEMA, [b"k", None], [b"v", None], [10, 11], [[("h", b"1")], None])
+    records = to_consumer_records(with_offsets(batch, 5), "t", 2, 0)
+    assert len(set(records)) == 2
+    assert not gc.is_tracked(records[1].headers)
 
 
 def test_deserializers_apply_to_non_null_keys_and_values() -> None:
