@@ -148,16 +148,27 @@ def _attach(args: argparse.Namespace) -> Any:
 
 
 def _up(args: argparse.Namespace) -> int:
+    """Start the cluster, and a local Ray head first if none runs.
+
+    Everything that can be checked without Ray (the ``--config`` items, the data dir
+    not held by another cluster) is checked before the head is started, so a mistyped
+    command leaves nothing running behind it.
+    """
     import ray
 
-    from raystream.client.cluster import connect
+    from raystream.client.cluster import check_data_dir_free, connect, default_data_dir
+    from raystream.config import BrokerConfig
     from raystream.java import provide_java
 
+    broker_config = parse_config(args.config)
+    data_dir = args.data_dir or _remembered_data_dir(args.namespace)
+    BrokerConfig.from_kafka(broker_config)  # raises InvalidConfigError naming the item
     address = args.address
     if address is None and not ray.is_initialized():
         try:
             ray.init(address="auto", logging_level="error", log_to_driver=False)
         except ConnectionError:
+            check_data_dir_free(os.path.abspath(os.path.expanduser(data_dir or default_data_dir())))
             command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head"]
             command += ["--disable-usage-stats", "--include-dashboard=false"]
             if args.num_cpus is not None:
@@ -166,12 +177,11 @@ def _up(args: argparse.Namespace) -> int:
             provide_java()  # the node gets Java workers (Spark on Ray) only if it finds one
             subprocess.run(command, check=True, capture_output=True)
             ray.init(address="auto", logging_level="error", log_to_driver=False)
-    data_dir = args.data_dir or _remembered_data_dir(args.namespace)
     cluster = connect(
         address=address,
         namespace=args.namespace,
         data_dir=data_dir,
-        broker_config=parse_config(args.config),
+        broker_config=broker_config,
     )
     _remember_data_dir(args.namespace, cluster.data_dir)
     print(f"raystream is up: namespace {cluster.namespace!r}, data in {cluster.data_dir}")

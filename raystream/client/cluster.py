@@ -77,7 +77,7 @@ def connect(
         data_dir=os.path.abspath(os.path.expanduser(data_dir or default_data_dir())),
     )
     if named_actor(CONTROLLER_NAME, namespace) is None:
-        _check_data_dir_free(broker.data_dir)
+        check_data_dir_free(broker.data_dir)
     controller = ControllerActor.options(
         name=CONTROLLER_NAME,
         namespace=namespace,
@@ -99,7 +99,7 @@ def connect(
     return Cluster(namespace, running["data.dir"], controller)
 
 
-def _check_data_dir_free(data_dir: str) -> None:
+def check_data_dir_free(data_dir: str) -> None:
     """Refuse to start a controller on a data directory another cluster holds.
 
     The controller takes the lock itself; checking here first, on the same node (it

@@ -15,7 +15,9 @@ import sys
 import pytest
 import ray
 
+from raystream.actors import CONTROLLER_NAME
 from raystream.cli import main
+from raystream.log.checkpoint import lock_directory
 
 _names = itertools.count()
 
@@ -127,6 +129,26 @@ def test_down_then_up_keeps_topics_and_records(cli, capsys, monkeypatch) -> None
     assert '"retention.ms": 99000' in capsys.readouterr().out
     assert cli("consume", "kept", "--from-beginning", "--max-messages", "2") == 0
     assert capsys.readouterr().out.splitlines() == ["one", "two"]
+
+
+def test_up_refuses_bad_input_before_starting_anything(local_ray, tmp_path, capsys) -> None:
+    """A mistyped ``up`` leaves nothing running: the config is checked before Ray is
+    touched, the data dir before a controller starts (and, with no Ray to attach to,
+    before a Ray head starts)."""
+    namespace = f"cli-{next(_names)}"
+    assert main(["--namespace", namespace, "up", "--config", "retention.mss=5"]) == 1
+    assert "InvalidConfigError: unknown BrokerConfig key 'retention.mss'" in (
+        capsys.readouterr().err
+    )
+    held = tmp_path / "held"
+    lock = lock_directory(str(held), 0)
+    try:
+        assert main(["--namespace", namespace, "up", "--data-dir", str(held)]) == 1
+    finally:
+        os.close(lock)
+    assert f"LogDirInUseError: data dir {held} is in use" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        ray.get_actor(CONTROLLER_NAME, namespace=namespace)
 
 
 def test_commands_without_a_cluster_say_how_to_start_one(local_ray, capsys) -> None:
