@@ -115,9 +115,13 @@ def _lock_data_dir(data_dir: str) -> int:
         ) from None
 
 
-def node_hosts() -> dict[str, str]:
-    """The address of each Ray node that is alive, by node id."""
-    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+def node_hosts(alive_only: bool) -> dict[str, str]:
+    """The address of each Ray node Ray knows (or only of those alive), by node id."""
+    return {
+        n["NodeID"]: n["NodeManagerAddress"]
+        for n in ray.nodes()
+        if n.get("Alive") or not alive_only
+    }
 
 
 class Controller:
@@ -142,8 +146,12 @@ class Controller:
         self.topics, producer_id_end = self._replay()
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
-        self._hosts = node_hosts()  # a node id keeps its address for life: cached
-        rebound = rebind_restarted_nodes(list(self.topics.values()), self._hosts)
+        # A node id keeps its address for life, dead or alive: cached, and a node id
+        # Ray does not know (of an earlier Ray) is asked about once, so a replica left
+        # on a lost node does not send every metadata write to ask Ray again.
+        self._hosts = node_hosts(alive_only=False)
+        self._unknown_nodes: set[str] = set()
+        rebound = rebind_restarted_nodes(list(self.topics.values()), node_hosts(alive_only=True))
         for topic in self.topics.values():
             moved = any(topic is t for t in rebound)
             if moved:
@@ -188,8 +196,10 @@ class Controller:
         """Durably record a topic's new state (None: deleted) before acting on it,
         with the address of each replica's node (see ``rebind_restarted_nodes``)."""
         if topic is not None:
-            if any(n not in self._hosts for p in topic.partitions for n in p.nodes.values()):
-                self._hosts.update(node_hosts())  # Ray is asked only about new nodes
+            nodes = {n for p in topic.partitions for n in p.nodes.values()}
+            if not nodes <= self._hosts.keys() | self._unknown_nodes:  # new nodes: ask Ray
+                self._hosts.update(node_hosts(alive_only=False))
+                self._unknown_nodes |= nodes - self._hosts.keys()  # of an earlier Ray
             for state in topic.partitions:
                 for replica_id, node in state.nodes.items():
                     if node in self._hosts:

@@ -695,11 +695,8 @@ class Sender(threading.Thread):
             if now < self._next_refresh.get(topic, 0.0):
                 continue
             self._next_refresh[topic] = now + self._config.retry_backoff_ms / 1000
-            try:
-                self._topics.refresh(topic)
+            if self._try_refresh(topic):
                 self._stale.discard(topic)
-            except Exception as error:  # the controller may be restarting too
-                logger.debug("metadata refresh of %r failed: %s", topic, error)
 
     def _refresh_aged(self, now: float) -> None:
         """Fetch the metadata of every topic in use again (``metadata_max_age_ms``).
@@ -716,12 +713,19 @@ class Sender(threading.Thread):
     def _refresh_topics(self) -> None:
         try:
             for topic in self._topics.topics():
-                try:
-                    self._topics.refresh(topic)
-                except Exception as error:  # deleted, or the controller is away: keep it
-                    logger.debug("metadata refresh of %r failed: %s", topic, error)
+                self._try_refresh(topic)
         finally:
             self._refreshing_metadata = False
+
+    def _try_refresh(self, topic: str) -> bool:
+        """Renew ``topic``'s metadata; on failure (the controller restarting, the topic
+        deleted) keep what is cached and say so."""
+        try:
+            self._topics.refresh(topic)
+        except Exception as error:
+            logger.debug("metadata refresh of %r failed: %s", topic, error)
+            return False
+        return True
 
     def _expire(self, now: float) -> None:
         config = self._config
