@@ -34,7 +34,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
-from benchmarks import peers
+from benchmarks import page_cache, peers
 
 VALUE = b"v" * 100
 
@@ -168,7 +168,9 @@ def main() -> None:
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--e2e-rate", type=int, default=2000)
     parser.add_argument("--e2e-seconds", type=float, default=5.0)
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
     n = args.records
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(
@@ -227,6 +229,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     )
+    print(cache_note)
     print(f"{n:,} records of 100 bytes, replication factor 1, acks=1, idempotent unless noted\n")
     header = f"{'figure':<46} {'raystream':>12}"
     for peer in results:

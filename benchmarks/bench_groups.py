@@ -36,6 +36,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
+from benchmarks import page_cache
 
 SESSION_TIMEOUT_MS = 2000
 FAST = {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": 200}
@@ -209,7 +210,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--kills", type=int, default=10)
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
     try:
@@ -228,6 +231,7 @@ def main() -> None:
 
     python = platform.python_version()
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {python}")
+    print(cache_note)
     print(
         f"{args.records:,} records of 100 bytes, 12 partitions, session timeout "
         f"{SESSION_TIMEOUT_MS} ms\n"

@@ -30,6 +30,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
+from benchmarks import page_cache
 from raystream.log import Log, LogConfig
 from raystream.log.batch import HEADER_SIZE, BatchEncoder
 
@@ -156,7 +157,9 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="best of this many runs")
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args, args.dir)
     root = tempfile.mkdtemp(prefix="raystream-bench-", dir=args.dir)
     batch = make_batch()
     batches = args.records // BATCH
@@ -279,6 +282,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, pyarrow {pa.__version__}"
     )
+    print(cache_note)
     print(
         f"{records:,} records of {VALUE_BYTES} bytes in batches of {BATCH}, best of {args.rounds}\n"
     )

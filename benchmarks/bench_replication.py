@@ -28,7 +28,7 @@ import time
 import ray
 
 import raystream as rs
-from benchmarks import peers
+from benchmarks import page_cache, peers
 from benchmarks.bench_clients import end_to_end, produce_per_record
 
 
@@ -66,7 +66,9 @@ def main() -> None:
     parser.add_argument("--e2e-rate", type=int, default=2000)
     parser.add_argument("--e2e-seconds", type=float, default=5.0)
     parser.add_argument("--skip-peers", action="store_true")
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(
         address="local",
@@ -111,6 +113,7 @@ def main() -> None:
 
     machine = f"{platform.machine()}, {os.cpu_count()} cores"
     print(f"\nmachine: {machine}, Python {platform.python_version()}")
+    print(cache_note)
     print(f"{args.records:,} records of 100 bytes, one partition, send() per record\n")
     print(f"{'setup':<26} {'records/s':>12} {'vs rf=1':>8} {'e2e p50 ms':>11} {'e2e p99 ms':>11}")
     base = rows[0][1]

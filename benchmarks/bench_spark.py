@@ -36,6 +36,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
+from benchmarks import page_cache
 from raystream.data.offsets import plan
 from raystream.data.reader import read_range
 from raystream.spark.blocks import ipc_stream, kafka_table
@@ -170,7 +171,9 @@ def main() -> None:
     parser.add_argument("--write-records", type=int, default=None, help="default: --records")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2, help="figures are the best of these")
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
     n = args.records
     n_write = args.write_records or n
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
@@ -203,6 +206,7 @@ def main() -> None:
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
         f"pyspark {__import__('pyspark').__version__}, ray {ray.__version__}"
     )
+    print(cache_note)
     print(
         f"read: {n:,} records, write: {n_write:,} rows, {VALUE_BYTES}-byte values, "
         f"{args.partitions} partitions, 1 executor x 2 cores, best of {args.rounds} rounds\n"

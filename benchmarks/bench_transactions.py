@@ -31,6 +31,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
+from benchmarks import page_cache
 from raystream.types import TopicPartition
 
 VALUE = b"v" * 100
@@ -125,7 +126,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--records", type=int, default=200_000)
+    page_cache.add_option(parser)
     args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
     n = args.records
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
@@ -157,6 +160,7 @@ def main() -> None:
         f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
     )
+    print(cache_note)
     print(f"up to {n:,} records of 100 bytes, replication factor 1, acks=all\n")
     plain = produced["plain"]
     print(f"{'producer, send() per record':<44} {'records/s':>12} {'vs plain':>9}")
