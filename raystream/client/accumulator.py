@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -338,13 +338,17 @@ class RecordAccumulator:
             self._ready.append(job)
             self.wakeup.notify()
 
-    def drain(self, now: float) -> tuple[list[Chunk | BulkJob], float | None]:
+    def drain(
+        self, now: float, held: Collection[str] = ()
+    ) -> tuple[list[Chunk | BulkJob], float | None]:
         """Take what is ready to send; also return when the next open chunk will be.
 
         Ready: full chunks and bulk jobs (in the order they became ready), then open
         chunks older than ``linger_ms``, or all open chunks while a flush is in progress
-        or the producer is closing. Taken chunks take no more records. Call with
-        :attr:`lock` held.
+        or the producer is closing. The open chunks of ``held`` topics (the sender's
+        calls occupy all their partitions) stay open past their linger, gathering
+        records for the next call, unless full or flushed. Taken chunks take no more
+        records. Call with :attr:`lock` held.
         """
         ready = list(self._ready)
         self._ready.clear()
@@ -355,10 +359,10 @@ class RecordAccumulator:
         everything = self.flushes_in_progress > 0 or self.closed
         for chunk in list(self._open.values()):
             deadline = chunk.created + self.linger_s
-            if everything or deadline <= now:
+            if everything or (deadline <= now and chunk.topic not in held):
                 self._take(chunk)
                 ready.append(chunk)
-            elif next_deadline is None or deadline < next_deadline:
+            elif chunk.topic not in held and (next_deadline is None or deadline < next_deadline):
                 next_deadline = deadline
         return ready, next_deadline
 
@@ -368,13 +372,19 @@ class RecordAccumulator:
         chunk.ready = True
         chunk.result.size_bytes = chunk.size_bytes
 
-    def wait_for_work(self, timeout: float | None, woken: Callable[[], bool] | None = None) -> None:
+    def wait_for_work(
+        self,
+        timeout: float | None,
+        woken: Callable[[], bool] | None = None,
+        held: Collection[str] = (),
+    ) -> None:
         """Block until something may be ready to drain, or ``timeout`` seconds pass.
 
         Checks under the lock, so a record appended just before cannot be missed: the
         wait ends when a chunk fills, a bulk job or flush arrives, the producer closes,
-        the oldest open chunk's linger expires, or ``woken()`` (checked under the lock,
-        for a waiter that also notifies :attr:`wakeup` about other work) is true.
+        the oldest open chunk's linger expires (``held`` topics' chunks aside, see
+        :meth:`drain`), or ``woken()`` (checked under the lock, for a waiter that also
+        notifies :attr:`wakeup` about other work) is true.
         """
         with self.lock:
             if (
@@ -385,6 +395,8 @@ class RecordAccumulator:
                 return
             now = self.clock()
             for chunk in self._open.values():
+                if chunk.topic in held:
+                    continue
                 remaining = chunk.created + self.linger_s - now
                 if remaining <= 0:
                     return

@@ -24,7 +24,10 @@ when its queued requests fill ``batch_size`` (or to resend a batch), up to the
 in-flight limit. Small batches that trickle in meanwhile wait for the call in flight
 and then travel together: an actor call costs about a millisecond of CPU on each side
 here, so a call per trickle would cost more than it saves, while bulk traffic still
-gets several full calls in flight.
+gets several full calls in flight. While every partition of a topic has a call in
+flight, its records wait as records (the accumulator's open chunk stays open past
+``linger_ms``), so they become one Arrow batch for the next call rather than one per
+turn of this loop.
 
 Idempotence (``enable_idempotence``, the default, with acks 1 or "all"): before its
 first call the producer gets a producer id and epoch from the controller, and each
@@ -399,9 +402,10 @@ class Sender(threading.Thread):
             self._take_answers(self._clock())
         if self._new_producer is not None:
             self._adopt_producer()
+        held = self._held_topics()
         with accumulator.lock:
             now = self._clock()
-            ready, _ = accumulator.drain(now)
+            ready, _ = accumulator.drain(now, held)
             if not ready and accumulator.closed and not self._in_flight and not self._queued:
                 return True
         for item in ready:
@@ -419,8 +423,28 @@ class Sender(threading.Thread):
         wait_s = self._next_backoff(now)
         if self._in_flight or (self._queued and wait_s is None):
             wait_s = EXPIRY_CHECK_S if wait_s is None else min(wait_s, EXPIRY_CHECK_S)
-        accumulator.wait_for_work(wait_s, self._has_answers)
+        accumulator.wait_for_work(wait_s, self._has_answers, self._held_topics())
         return False
+
+    def _held_topics(self) -> set[str]:
+        """Topics whose every partition has a call in flight.
+
+        Their records wait for an answer anyway; held in the accumulator's open chunk
+        meanwhile, those that trickle in become one Arrow batch when a partition frees
+        up, instead of one batch per sender turn (often one record each) merged only
+        at the call. At 2,000 records/s that building was most of the sender's CPU.
+        """
+        if not self._in_flight:
+            return set()
+        busy: dict[str, set[int]] = {}
+        for batch in self._in_flight.values():
+            busy.setdefault(batch.topic, set()).add(batch.partition)
+        held = set()
+        for topic, partitions in busy.items():
+            info = self._topics.cached(topic)
+            if info is not None and len(partitions) >= info.num_partitions:
+                held.add(topic)
+        return held
 
     def _has_answers(self) -> bool:
         return bool(self._answered)

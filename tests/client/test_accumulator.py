@@ -136,6 +136,37 @@ def test_an_open_chunk_is_drained_only_after_linger() -> None:
     assert len(ready) == 1
 
 
+def test_a_held_topic_keeps_gathering_records_past_linger_until_released() -> None:
+    """The sender holds a topic whose partitions all have calls in flight: its chunk
+    stays open (one Arrow batch later instead of one per record), but a full chunk or
+    a flush still goes."""
+    clock = FakeClock()
+    acc = accumulator(clock, batch_size=1000, linger_ms=0)
+    send(acc, b"a")
+    assert acc.drain(clock.now, held={"t"}) == ([], None)
+    send(acc, b"b")
+    ready, _ = acc.drain(clock.now)
+    assert [len(c) for c in ready] == [2]
+    for _ in range(12):
+        send(acc, b"x" * 60)  # 92 bytes each: full after 11
+    ready, _ = acc.drain(clock.now, held={"t"})
+    assert [len(c) for c in ready] == [12]
+    send(acc, b"c")
+    acc.begin_flush()
+    assert [len(c) for c in acc.drain(clock.now, held={"t"})[0]] == [1]
+    acc.end_flush()
+
+
+def test_the_sender_sleeps_through_a_held_topics_linger() -> None:
+    clock = FakeClock()
+    acc = accumulator(clock, linger_ms=0)
+    send(acc)
+    start = time.monotonic()
+    acc.wait_for_work(0.0, None)  # linger over: returns at once
+    acc.wait_for_work(0.05, None, held={"t"})  # held: sleeps until woken or timeout
+    assert time.monotonic() - start >= 0.05
+
+
 def test_a_full_chunk_is_ready_at_once_and_keeps_taking_records_until_drained() -> None:
     clock = FakeClock()
     acc = accumulator(clock, batch_size=100, linger_ms=10_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import random
 import threading
 import time
@@ -89,9 +90,10 @@ def test_transactions_survive_coordinator_crashes_at_random_points(
     killer = threading.Thread(target=kill_now_and_then, daemon=True)
     killer.start()
     committed = []
+    deadline = time.monotonic() + 180
     try:
-        for i in range(200):
-            if not killer.is_alive() and i >= 6:
+        for i in itertools.count():  # until the killer is done (its four kills)
+            if (not killer.is_alive() and i >= 6) or time.monotonic() > deadline:
                 break
             producer.begin_transaction()
             producer.send(topic, f"t{i}-a".encode(), partition=0)
