@@ -111,9 +111,9 @@ from raystream.errors import (
     RaystreamError,
     RaystreamTimeoutError,
 )
-from raystream.log.batch import BatchEncoder
+from raystream.log.batch import BatchEncoder, payload_size
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
-from raystream.protocol import NONE
+from raystream.protocol import INLINE_BYTES, NONE
 
 logger = logging.getLogger(__name__)
 
@@ -804,9 +804,22 @@ class Sender(threading.Thread):
             item.result.fail_all(error)
 
 
-def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes:
-    """``batch`` as one self-contained Arrow IPC stream (what a produce call carries)."""
-    return b"".join(encoder.payload(batch, None))
+def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes | pa.Buffer:
+    """``batch`` as one self-contained Arrow IPC stream (what a produce call carries).
+
+    Bytes when small: Ray passes those inline with the call. A larger stream is one
+    Arrow buffer, which Ray moves out of band into its object store, where bytes would
+    first be copied into the call's pickle.
+    """
+    pieces = encoder.payload(batch, None)
+    size = payload_size(pieces)
+    if size <= INLINE_BYTES:
+        return b"".join(pieces)
+    buffer = pa.allocate_buffer(size)
+    stream = pa.FixedSizeBufferWriter(buffer)
+    for piece in pieces:
+        stream.write(piece)
+    return buffer
 
 
 def _expired(batch: _Batch, delivery_timeout_ms: int) -> RaystreamTimeoutError:
