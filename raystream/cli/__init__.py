@@ -156,7 +156,7 @@ def _up(args: argparse.Namespace) -> int:
     """
     import ray
 
-    from raystream.client.cluster import check_data_dir_free, connect, default_data_dir
+    from raystream.client.cluster import check_data_dir_free, connect, resolve_data_dir
     from raystream.config import BrokerConfig
     from raystream.java import provide_java
 
@@ -168,7 +168,7 @@ def _up(args: argparse.Namespace) -> int:
         try:
             ray.init(address="auto", logging_level="error", log_to_driver=False)
         except ConnectionError:
-            check_data_dir_free(os.path.abspath(os.path.expanduser(data_dir or default_data_dir())))
+            check_data_dir_free(resolve_data_dir(data_dir))
             command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head"]
             command += ["--disable-usage-stats", "--include-dashboard=false"]
             if args.num_cpus is not None:

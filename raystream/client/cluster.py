@@ -45,6 +45,11 @@ def default_data_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".raystream", "data")
 
 
+def resolve_data_dir(data_dir: str | None) -> str:
+    """The absolute data dir a cluster started with ``data_dir`` uses (None: the default)."""
+    return os.path.abspath(os.path.expanduser(data_dir or default_data_dir()))
+
+
 def connect(
     address: str | None = None,
     namespace: str = DEFAULT_NAMESPACE,
@@ -74,7 +79,7 @@ def connect(
     ensure_ray(address, **ray_init_kwargs)
     broker = BrokerConfig.from_kafka(
         broker_config or {},
-        data_dir=os.path.abspath(os.path.expanduser(data_dir or default_data_dir())),
+        data_dir=resolve_data_dir(data_dir),
     )
     if named_actor(CONTROLLER_NAME, namespace) is None:
         check_data_dir_free(broker.data_dir)
@@ -88,10 +93,7 @@ def connect(
         scheduling_strategy=on_this_node(),
     ).remote(namespace, broker.to_kafka())
     running = wait_result(controller.broker_config.remote(), CONTROL_TIMEOUT_S, "controller start")
-    if (
-        data_dir is not None
-        and os.path.abspath(os.path.expanduser(data_dir)) != running["data.dir"]
-    ):
+    if data_dir is not None and resolve_data_dir(data_dir) != running["data.dir"]:
         raise InvalidConfigError(
             f"data_dir {data_dir!r} differs from the running cluster's {running['data.dir']!r} "
             f"in namespace {namespace!r}; stop it first (raystream down) or omit data_dir"
