@@ -111,6 +111,16 @@ def test_send_batch_fills_missing_timestamps_with_now() -> None:
     assert batch.column("key").to_pylist() == [None]
 
 
+def test_send_batch_takes_one_chunk_columns_without_copying_and_joins_chunked_ones() -> None:
+    values = pa.array([b"v" * 100] * 1000)
+    batch = batch_from_table(pa.table({"value": values}), BYTES_SCHEMA, None, now_ms=99)
+    assert batch.column("value").buffers()[2].address == values.buffers()[2].address
+    chunked = pa.Table.from_batches([pa.record_batch({"value": [b"a"], "timestamp": [1]})] * 3)
+    batch = batch_from_table(chunked, BYTES_SCHEMA, None, now_ms=99)
+    assert batch.column("value").to_pylist() == [b"a"] * 3
+    assert batch.column("timestamp").to_pylist() == [1] * 3
+
+
 def test_send_batch_of_a_typed_topic_takes_the_schema_columns() -> None:
     table = pa.table({"amount": [1, 2], "item": ["a", "b"]})
     batch = batch_from_table(table, record_schema(TYPED), None, now_ms=0)
