@@ -272,38 +272,52 @@ def bench_redis(
     parser = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "pure-Python parser, no hiredis"
     result = PeerResult(name, None, None, None, None, f"AOF on (everysec); {parser}")
     try:
-        with tempfile.TemporaryDirectory(prefix="raystream-peer-redis-") as tmp:
-            port = _free_port()
-            cmd = [
-                binary,
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--appendonly",
-                "yes",
-                "--save",
-                "",
-                "--dir",
-                tmp,
-                "--daemonize",
-                "no",
-                "--logfile",
-                "",
-            ]
-            with _server(cmd, port, Path(tmp) / "redis.log"):
-                client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
-                try:
-                    _redis_ping(client)
-                    _redis_throughput(client, result, records, value_bytes)
-                    p50, p99, note = _redis_e2e(redis, port, e2e_rate, e2e_seconds, value_bytes)
-                    result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
-                    result.note = _join_notes(result.note, note)
-                finally:
-                    client.close()
+        with redis_server(binary) as port:
+            client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
+            try:
+                _redis_throughput(client, result, records, value_bytes)
+                p50, p99, note = redis_e2e(redis, port, e2e_rate, e2e_seconds, value_bytes)
+                result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
+                result.note = _join_notes(result.note, note)
+            finally:
+                client.close()
     except Exception as exc:  # never crash the caller's benchmark
         result.note = _join_notes(result.note, f"failed: {exc!r}")
     return result
+
+
+@contextlib.contextmanager
+def redis_server(binary: str) -> Iterator[int]:
+    """A ``redis-server`` (AOF on, everysec; no RDB) on a free loopback port, in a
+    temporary directory, answering PING; yields the port, stops the server by pid."""
+    import redis
+
+    with tempfile.TemporaryDirectory(prefix="raystream-peer-redis-") as tmp:
+        port = _free_port()
+        cmd = [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--appendonly",
+            "yes",
+            "--save",
+            "",
+            "--dir",
+            tmp,
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+        ]
+        with _server(cmd, port, Path(tmp) / "redis.log"):
+            client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=30)
+            try:
+                _redis_ping(client)
+            finally:
+                client.close()
+            yield port
 
 
 def _redis_ping(client) -> None:
@@ -356,7 +370,7 @@ def _redis_throughput(client, result: PeerResult, records: int, value_bytes: int
     client.delete(stream)
 
 
-def _redis_e2e(
+def redis_e2e(
     redis_mod, port: int, rate: int, seconds: float, value_bytes: int
 ) -> tuple[float | None, float | None, str]:
     """End-to-end latency at a steady ``rate`` (see bench_redis)."""
