@@ -40,7 +40,6 @@ BYTES_SCHEMA = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
-META_COLUMNS = ("key", "timestamp", "headers")
 
 
 def record_schema(value_schema: pa.Schema | None) -> pa.Schema:

@@ -57,7 +57,7 @@ from raystream.log import Log, LogConfig
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
-from raystream.replication.election import OFFLINE, elect_leader
+from raystream.replication.election import OFFLINE, elect_leader, preferred_leader
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.types import PartitionDescription, TopicDescription
 
@@ -537,16 +537,19 @@ class Controller:
 
     def elect_leaders(self, names: list[str] | None = None) -> Result:
         """Preferred leader election: move leadership back to each partition's first
-        replica where it is alive and in sync. Answers how many partitions moved."""
+        replica where it is in sync and on a live node. Answers how many partitions
+        moved."""
         try:
             moved = 0
             calls = []
+            nodes = set(alive_nodes())
             with self._lock:
                 for name in names if names is not None else list(self.topics):
                     topic = self._topic(name)
                     for state in topic.partitions:
-                        preferred = state.replicas[0]
-                        if state.leader == preferred or preferred not in state.isr:
+                        alive = {r for r in state.replicas if state.nodes.get(r) in nodes}
+                        preferred = preferred_leader(state.replicas, state.isr, alive)
+                        if preferred is None or state.leader == preferred:
                             continue
                         state.leader = preferred
                         state.leader_epoch += 1
