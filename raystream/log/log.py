@@ -16,7 +16,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -434,15 +434,7 @@ class Log:
                 return []
             result: list[StoredBatch] = []
             total = 0
-            first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-            for index in range(first, len(self._segments)):
-                segment = self._segments[index]
-                start_position = 0
-                if index == first:
-                    found = segment.translate(start_offset)
-                    if found is None:
-                        continue
-                    start_position = found[0]
+            for segment, start_position in self._segments_from(start_offset):
                 buffer = segment.view()
                 for position, header in segment.headers(start_position):
                     if header.base_offset >= limit or (result and total + header.size > max_bytes):
@@ -539,17 +531,23 @@ class Log:
         with self._lock:
             self._check_open()
             headers: list[BatchHeader] = []
-            first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-            for index in range(first, len(self._segments)):
-                segment = self._segments[index]
-                position = 0
-                if index == first:
-                    found = segment.translate(start_offset)
-                    if found is None:
-                        continue
-                    position = found[0]
+            for segment, position in self._segments_from(start_offset):
                 headers.extend(header for _, header in segment.headers(position))
             return headers
+
+    def _segments_from(self, start_offset: int) -> Iterator[tuple[LogSegment, int]]:
+        """Each segment from the one holding ``start_offset`` on, with the position to
+        read it from: the batch holding that offset in the first, the start in the rest
+        (a first segment without it, emptied by compaction, is passed over)."""
+        first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        for index in range(first, len(self._segments)):
+            segment = self._segments[index]
+            if index != first:
+                yield segment, 0
+                continue
+            found = segment.translate(start_offset)
+            if found is not None:
+                yield segment, found[0]
 
     def append_raw(self, data: pa.Buffer | bytes) -> int:
         """Append stored batches copied from a leader, keeping their offsets and epochs.
