@@ -901,18 +901,16 @@ class Controller:
         first use, as Kafka creates its offsets topic on the first FindCoordinator."""
         try:
             with self._lock:
-                if OFFSETS_TOPIC not in self.topics:
-                    self._create_offsets_topic()
-                partitions = len(self.topics[OFFSETS_TOPIC].partitions)
-                coordinator = GroupCoordinatorActor.options(
-                    name=COORDINATOR_NAME,
-                    namespace=self.namespace,
-                    lifetime="detached",
-                    max_restarts=-1,
-                    num_cpus=0,
-                    get_if_exists=True,
-                ).remote(self.namespace, self.broker.data_dir, partitions)
-                return Result(value=coordinator)
+                offsets = self._internal_topic(
+                    OFFSETS_TOPIC,
+                    self.broker.offsets_topic_num_partitions,
+                    self.broker.offsets_topic_replication_factor,
+                )
+                return Result(
+                    value=self._coordinator(
+                        GroupCoordinatorActor, COORDINATOR_NAME, self.broker.data_dir, offsets
+                    )
+                )
         except Exception as error:
             return failure(error)
 
@@ -921,44 +919,54 @@ class Controller:
         and ``__consumer_offsets`` whose partition count it needs) on first use."""
         try:
             with self._lock:
-                if OFFSETS_TOPIC not in self.topics:
-                    self._create_offsets_topic()
-                if TRANSACTION_STATE_TOPIC not in self.topics:
-                    replication = min(
-                        self.broker.transaction_state_log_replication_factor, len(alive_nodes())
-                    )
-                    self.create_topic(
-                        TRANSACTION_STATE_TOPIC,
-                        self.broker.transaction_state_log_num_partitions,
-                        max(replication, 1),
-                        {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
-                    ).unwrap()
-                coordinator = TransactionCoordinatorActor.options(
-                    name=TRANSACTION_COORDINATOR_NAME,
-                    namespace=self.namespace,
-                    lifetime="detached",
-                    max_restarts=-1,
-                    num_cpus=0,
-                    get_if_exists=True,
-                ).remote(
-                    self.namespace,
-                    self.broker.data_dir,
-                    len(self.topics[TRANSACTION_STATE_TOPIC].partitions),
-                    len(self.topics[OFFSETS_TOPIC].partitions),
-                    self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                offsets = self._internal_topic(
+                    OFFSETS_TOPIC,
+                    self.broker.offsets_topic_num_partitions,
+                    self.broker.offsets_topic_replication_factor,
                 )
-                return Result(value=coordinator)
+                state = self._internal_topic(
+                    TRANSACTION_STATE_TOPIC,
+                    self.broker.transaction_state_log_num_partitions,
+                    self.broker.transaction_state_log_replication_factor,
+                )
+                return Result(
+                    value=self._coordinator(
+                        TransactionCoordinatorActor,
+                        TRANSACTION_COORDINATOR_NAME,
+                        self.broker.data_dir,
+                        state,
+                        offsets,
+                        self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                    )
+                )
         except Exception as error:
             return failure(error)
 
-    def _create_offsets_topic(self) -> None:
-        replication = min(self.broker.offsets_topic_replication_factor, len(alive_nodes()))
-        self.create_topic(
-            OFFSETS_TOPIC,
-            self.broker.offsets_topic_num_partitions,
-            max(replication, 1),
-            {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
-        ).unwrap()
+    def _internal_topic(self, name: str, partitions: int, replication_factor: int) -> int:
+        """Create an internal compacted topic if it is missing (its replication factor
+        capped by the live nodes, as a one-node cluster must still work); its partition
+        count. The caller holds the lock."""
+        if name not in self.topics:
+            replication = max(min(replication_factor, len(alive_nodes())), 1)
+            self.create_topic(
+                name,
+                partitions,
+                replication,
+                {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
+            ).unwrap()
+        return len(self.topics[name].partitions)
+
+    def _coordinator(self, actor_class: Any, name: str, *args: Any) -> Any:
+        """The named, detached coordinator actor, started with ``args`` if not running
+        (Ray restarts it for good after a crash)."""
+        return actor_class.options(
+            name=name,
+            namespace=self.namespace,
+            lifetime="detached",
+            max_restarts=-1,
+            num_cpus=0,
+            get_if_exists=True,
+        ).remote(self.namespace, *args)
 
     def _stop_coordinator(self) -> None:
         for name in (COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME):
