@@ -23,11 +23,8 @@ Run:  python -m benchmarks.bench_calls [--calls 300] [--skip-peers]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +33,7 @@ import psutil
 import ray
 
 import raystream as rs
-from benchmarks import page_cache, peers
+from benchmarks import harness, page_cache, peers
 from benchmarks.bench_clients import end_to_end
 from raystream.client.sender import encode_records
 from raystream.log.batch import BatchEncoder
@@ -147,27 +144,11 @@ def main() -> None:
     page_cache.add_option(parser)
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(
-        address="local",
-        num_cpus=8,
-        include_dashboard=False,
-        logging_level="error",
-        log_to_driver=False,
-    )
-    try:
-        cluster = rs.connect(namespace="bench-calls", data_dir=data_dir)
+    with harness.local_cluster("bench-calls") as cluster:
         ours = measure(cluster, args.calls)
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
     theirs, note = ({}, "peers skipped") if args.skip_peers else measure_redis(args.calls)
 
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(f"p50 of {args.calls} sequential calls; end-to-end at {E2E_RATE} records/s\n")
     rows = [

@@ -20,11 +20,7 @@ Run:  python -m benchmarks.bench_clients [--records 1000000] [--skip-peers]
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 
@@ -34,7 +30,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
-from benchmarks import page_cache, peers
+from benchmarks import harness, page_cache, peers
 
 VALUE = b"v" * 100
 
@@ -172,16 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
     n = args.records
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(
-        address="local",
-        num_cpus=8,
-        include_dashboard=False,
-        logging_level="error",
-        log_to_driver=False,
-    )
-    try:
-        cluster = rs.connect(namespace="bench", data_dir=data_dir)
+    with harness.local_cluster("bench") as cluster:
         admin = cluster.admin()
         for name, partitions in (
             ("p1", 1),
@@ -213,10 +200,6 @@ def main() -> None:
         admin.create_topic("idle")
         time.sleep(2)
         replica_rss, replica_uss, controller_rss = memory(cluster, "idle")
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
     results = []
     if not args.skip_peers:
@@ -225,10 +208,7 @@ def main() -> None:
             peers.bench_kafka(n, 100, args.e2e_rate, args.e2e_seconds),
         ]
 
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(f"{n:,} records of 100 bytes, replication factor 1, acks=1, idempotent unless noted\n")
     header = f"{'figure':<46} {'raystream':>12}"

@@ -24,7 +24,6 @@ import argparse
 import glob
 import itertools
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -36,7 +35,7 @@ import pyarrow as pa
 import ray
 
 import raystream as rs
-from benchmarks import page_cache
+from benchmarks import harness, page_cache
 
 SESSION_TIMEOUT_MS = 2000
 FAST = {"session_timeout_ms": SESSION_TIMEOUT_MS, "heartbeat_interval_ms": 200}
@@ -213,10 +212,7 @@ def main() -> None:
     page_cache.add_option(parser)
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
-    try:
-        cluster = rs.connect(namespace="bench-groups", data_dir=data_dir)
+    with harness.local_cluster("bench-groups") as cluster:
         admin = cluster.admin()
         admin.create_topic("bulk", partitions=12)
         fill(cluster, "bulk", args.records)
@@ -224,13 +220,8 @@ def main() -> None:
         admin.create_topic("live", partitions=12)
         times = rebalance_times(cluster, "live", args.kills)
         pauses = {s: pause(cluster, "live", s) for s in ("cooperative-sticky", "range")}
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
-    python = platform.python_version()
-    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {python}")
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(
         f"{args.records:,} records of 100 bytes, 12 partitions, session timeout "

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -30,7 +29,7 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from benchmarks import page_cache
+from benchmarks import harness, page_cache
 from raystream.log import Log, LogConfig
 from raystream.log.batch import HEADER_SIZE, BatchEncoder
 
@@ -278,10 +277,7 @@ def main() -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, pyarrow {pa.__version__}"
-    )
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(
         f"{records:,} records of {VALUE_BYTES} bytes in batches of {BATCH}, best of {args.rounds}\n"

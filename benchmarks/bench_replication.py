@@ -18,17 +18,13 @@ Run:  python -m benchmarks.bench_replication [--records 500000] [--kills 10] [--
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shutil
 import statistics
-import tempfile
 import time
 
 import ray
 
 import raystream as rs
-from benchmarks import page_cache, peers
+from benchmarks import harness, page_cache, peers
 from benchmarks.bench_clients import end_to_end, produce_per_record
 
 
@@ -69,17 +65,8 @@ def main() -> None:
     page_cache.add_option(parser)
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(
-        address="local",
-        num_cpus=8,
-        include_dashboard=False,
-        logging_level="error",
-        log_to_driver=False,
-    )
     rows = []
-    try:
-        cluster = rs.connect(namespace="bench-replication", data_dir=data_dir)
+    with harness.local_cluster("bench-replication") as cluster:
         admin = cluster.admin()
         setups = [
             ("rf=1, acks=1", 1, 1),
@@ -101,18 +88,13 @@ def main() -> None:
             rows.append((name, rps, p50, p99))
         admin.create_topic("failover", replication_factor=3, config={"min.insync.replicas": 2})
         kills = failover_times(cluster, "failover", args.kills)
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
     redis = (
         None
         if args.skip_peers
         else peers.bench_redis(args.records, 100, args.e2e_rate, args.e2e_seconds)
     )
 
-    machine = f"{platform.machine()}, {os.cpu_count()} cores"
-    print(f"\nmachine: {machine}, Python {platform.python_version()}")
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(f"{args.records:,} records of 100 bytes, one partition, send() per record\n")
     print(f"{'setup':<26} {'records/s':>12} {'vs rf=1':>8} {'e2e p50 ms':>11} {'e2e p99 ms':>11}")

@@ -23,20 +23,15 @@ MB/s counts value bytes (N x 100 B). Run:  python -m benchmarks.bench_spark [--r
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
 import pyarrow as pa
 import ray
 
 import raystream as rs
-from benchmarks import page_cache
+from benchmarks import harness, page_cache
 from raystream.data.offsets import plan
 from raystream.data.reader import read_range
 from raystream.spark.blocks import ipc_stream, kafka_table
@@ -176,16 +171,7 @@ def main() -> None:
     cache_note = page_cache.prepare(args)
     n = args.records
     n_write = args.write_records or n
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(
-        address="local",  # a Ray of its own, even if a `ray start` cluster is running
-        num_cpus=8,
-        include_dashboard=False,
-        logging_level="error",
-        log_to_driver=False,
-    )
-    try:
-        cluster = rs.connect(namespace="bench-spark", data_dir=data_dir)
+    with harness.local_cluster("bench-spark") as cluster:
         admin = cluster.admin()
         admin.create_topic("source", partitions=args.partitions)
         admin.create_topic("sink", partitions=args.partitions)
@@ -196,16 +182,8 @@ def main() -> None:
         )
         figures = bench(cluster, spark, n, n_write, args.rounds)
         rs.spark.stop()
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
-        f"pyspark {__import__('pyspark').__version__}, ray {ray.__version__}"
-    )
+    print(f"\n{harness.machine_line('pyspark', 'raydp')}")
     print(cache_note)
     print(
         f"read: {n:,} records, write: {n_write:,} rows, {VALUE_BYTES}-byte values, "

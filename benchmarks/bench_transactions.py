@@ -20,18 +20,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import platform
-import shutil
-import tempfile
 import time
 
-import psutil
 import pyarrow as pa
-import ray
 
 import raystream as rs
-from benchmarks import page_cache
+from benchmarks import harness, page_cache
 from raystream.types import TopicPartition
 
 VALUE = b"v" * 100
@@ -130,10 +124,7 @@ def main() -> None:
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
     n = args.records
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
-    ray.init(num_cpus=8, include_dashboard=False, logging_level="error", log_to_driver=False)
-    try:
-        cluster = rs.connect(namespace="bench-txn", data_dir=data_dir)
+    with harness.local_cluster("bench-txn") as cluster:
         admin = cluster.admin()
         admin.create_topic("input")
         fill(cluster, "input", n)
@@ -151,15 +142,8 @@ def main() -> None:
                 transform(cluster, "input", records, size, exactly_once=False),
                 transform(cluster, "input", records, size, exactly_once=True),
             )
-        cluster.shutdown()
-    finally:
-        ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
-    print(
-        f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
-    )
+    print(f"\n{harness.machine_line()}")
     print(cache_note)
     print(f"up to {n:,} records of 100 bytes, replication factor 1, acks=all\n")
     plain = produced["plain"]

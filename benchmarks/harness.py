@@ -1,0 +1,57 @@
+"""What every benchmark does around its measurements: a cluster of its own, the machine line.
+
+Each benchmark runs on a Ray of its own (``address="local"``, even if a ``ray start``
+cluster is running) with eight logical CPUs, so that actors and Ray Data tasks are not
+held back by Ray's CPU accounting on a two-core machine, and on a raystream cluster in a
+temporary data dir that is removed afterwards. The figures it prints open with one line
+that says what they were measured on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+
+
+@contextlib.contextmanager
+def local_cluster(namespace: str) -> Iterator[Any]:
+    """A fresh Ray and raystream cluster (an ``rs.Cluster``) for one run, gone on exit."""
+    import ray  # here, so that the storage engine's benchmark runs without Ray
+
+    import raystream as rs
+
+    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
+    ray.init(
+        address="local",
+        num_cpus=8,
+        include_dashboard=False,
+        logging_level="error",
+        log_to_driver=False,
+    )
+    try:
+        cluster = rs.connect(namespace=namespace, data_dir=data_dir)
+        yield cluster
+        cluster.shutdown()
+    finally:
+        ray.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def machine_line(*packages: str) -> str:
+    """The machine, Python, and the versions of pyarrow, Ray and ``packages``."""
+    versions = ", ".join(
+        f"{name} {importlib.metadata.version(name)}" for name in ("pyarrow", "ray", *packages)
+    )
+    return (
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
+        f"{versions}"
+    )
