@@ -115,11 +115,12 @@ def _lock_data_dir(data_dir: str) -> int:
         ) from None
 
 
-def node_hosts(alive_only: bool) -> dict[str, str]:
-    """The address of each Ray node Ray knows (or only of those alive), by node id."""
+def node_hosts(alive_only: bool, nodes: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """The address of each Ray node Ray knows (or only of those alive), by node id;
+    ``nodes`` is an answer of ``ray.nodes()`` the caller already has."""
     return {
         n["NodeID"]: n["NodeManagerAddress"]
-        for n in ray.nodes()
+        for n in (ray.nodes() if nodes is None else nodes)
         if n.get("Alive") or not alive_only
     }
 
@@ -149,9 +150,12 @@ class Controller:
         # A node id keeps its address for life, dead or alive: cached, and a node id
         # Ray does not know (of an earlier Ray) is asked about once, so a replica left
         # on a lost node does not send every metadata write to ask Ray again.
-        self._hosts = node_hosts(alive_only=False)
+        nodes = ray.nodes()
+        self._hosts = node_hosts(alive_only=False, nodes=nodes)
         self._unknown_nodes: set[str] = set()
-        rebound = rebind_restarted_nodes(list(self.topics.values()), node_hosts(alive_only=True))
+        rebound = rebind_restarted_nodes(
+            list(self.topics.values()), node_hosts(alive_only=True, nodes=nodes)
+        )
         for topic in self.topics.values():
             moved = any(topic is t for t in rebound)
             if moved:
