@@ -279,6 +279,8 @@ def _spark_step(cluster, admin) -> bool:
     import raystream as rs
 
     started = _step("Spark on Ray: revenue per category with Spark SQL, written to a topic")
+    import ray.data  # noqa: F401  (importing it configures its loggers: set the level after)
+
     logging.getLogger("ray.data").setLevel(logging.WARNING)  # no per-dataset progress logs
     spark = rs.spark.session(cluster, app_name="raystream-demo")
     spark.sparkContext.setLogLevel("ERROR")
