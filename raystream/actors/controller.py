@@ -905,11 +905,7 @@ class Controller:
         first use, as Kafka creates its offsets topic on the first FindCoordinator."""
         try:
             with self._lock:
-                offsets = self._internal_topic(
-                    OFFSETS_TOPIC,
-                    self.broker.offsets_topic_num_partitions,
-                    self.broker.offsets_topic_replication_factor,
-                )
+                offsets = self._internal_topic(OFFSETS_TOPIC)
                 return Result(
                     value=self._coordinator(
                         GroupCoordinatorActor, COORDINATOR_NAME, self.broker.data_dir, offsets
@@ -923,16 +919,8 @@ class Controller:
         and ``__consumer_offsets`` whose partition count it needs) on first use."""
         try:
             with self._lock:
-                offsets = self._internal_topic(
-                    OFFSETS_TOPIC,
-                    self.broker.offsets_topic_num_partitions,
-                    self.broker.offsets_topic_replication_factor,
-                )
-                state = self._internal_topic(
-                    TRANSACTION_STATE_TOPIC,
-                    self.broker.transaction_state_log_num_partitions,
-                    self.broker.transaction_state_log_replication_factor,
-                )
+                offsets = self._internal_topic(OFFSETS_TOPIC)
+                state = self._internal_topic(TRANSACTION_STATE_TOPIC)
                 return Result(
                     value=self._coordinator(
                         TransactionCoordinatorActor,
@@ -946,11 +934,22 @@ class Controller:
         except Exception as error:
             return failure(error)
 
-    def _internal_topic(self, name: str, partitions: int, replication_factor: int) -> int:
-        """Create an internal compacted topic if it is missing (its replication factor
-        capped by the live nodes, as a one-node cluster must still work); its partition
-        count. The caller holds the lock."""
+    def _internal_topic(self, name: str) -> int:
+        """Create an internal compacted topic if it is missing, sized by the broker
+        config (its replication factor capped by the live nodes, as a one-node cluster
+        must still work); its partition count. The caller holds the lock."""
         if name not in self.topics:
+            broker = self.broker
+            partitions, replication_factor = {
+                OFFSETS_TOPIC: (
+                    broker.offsets_topic_num_partitions,
+                    broker.offsets_topic_replication_factor,
+                ),
+                TRANSACTION_STATE_TOPIC: (
+                    broker.transaction_state_log_num_partitions,
+                    broker.transaction_state_log_replication_factor,
+                ),
+            }[name]
             replication = max(min(replication_factor, len(alive_nodes())), 1)
             self.create_topic(
                 name,
