@@ -72,10 +72,19 @@ def test_importing_raystream_starts_neither_ray_nor_spark() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_the_storage_engine_imports_without_ray() -> None:
-    code = (
-        "import sys, raystream.log, raystream.controller.placement; assert 'ray' not in sys.modules"
-    )
+def test_the_storage_engine_and_pure_logic_import_without_ray() -> None:
+    pure = [
+        "raystream.log",
+        "raystream.controller.placement",
+        "raystream.replication.election",
+        "raystream.replication.isr",
+        "raystream.replication.truncation",
+        "raystream.groups.assignors",
+        "raystream.groups.group",
+        "raystream.client.partitioner",
+        "raystream.transactions.metadata",
+    ]
+    code = f"import sys, {', '.join(pure)}; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
