@@ -6,9 +6,10 @@ read against it. p50 in ms of ``--calls`` calls made one after another (after a
 warm-up), 100-byte values, replication factor 1 unless said:
 
 - an empty call to a partition replica actor (``ping``), next to Redis PING;
-- one record produced: the replica's ``produce`` call as the producer makes it (Arrow
-  IPC bytes, acks=1) and ``Producer.send(...).get()`` through the sender thread, next
-  to one XADD (AOF on);
+- one record produced: the replica's ``produce`` call (Arrow IPC bytes, acks=1) as a
+  Ray call and over the replica's direct path (:mod:`raystream.wire`, what the producer
+  uses), and ``Producer.send(...).get()`` through the sender thread, next to one XADD
+  (AOF on);
 - one offset committed (``Consumer.commit``): the group coordinator's call and its
   acks=all write to ``__consumer_offsets``;
 - a transaction of one record (begin, send, commit): the coordinator's state writes
@@ -36,6 +37,7 @@ import raystream as rs
 from benchmarks import harness, page_cache, peers
 from benchmarks.bench_clients import end_to_end
 from raystream.client.sender import encode_records
+from raystream.client.transport import call, outcome
 from raystream.log.batch import BatchEncoder
 from raystream.records import build_batch
 from raystream.types import TopicPartition
@@ -90,6 +92,7 @@ def measure(cluster: rs.Cluster, calls: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     figures["empty call"] = p50_ms(lambda: ray.get(leader.ping.remote()), calls)
     figures["produce call"] = p50_ms(lambda: ray.get(leader.produce.remote(record, 1)), calls)
+    figures["produce direct"] = p50_ms(lambda: outcome(call(leader, "produce", record, 1)), calls)
     with cluster.producer(acks=1, linger_ms=0) as producer:
         figures["send().get()"] = p50_ms(lambda: producer.send("calls", VALUE).get(), calls)
     consumer = cluster.consumer(group_id="calls", enable_auto_commit=False)
@@ -127,6 +130,7 @@ def measure_redis(calls: int) -> tuple[dict[str, float], str]:
                 "empty call": p50_ms(client.ping, calls),
                 "produce call": p50_ms(lambda: client.xadd("calls", {b"v": VALUE}), calls),
             }
+            figures["produce direct"] = figures["produce call"]
         finally:
             client.close()
         p50, _, note = peers.redis_e2e(redis, port, E2E_RATE, E2E_SECONDS, len(VALUE))
@@ -153,7 +157,8 @@ def main() -> None:
     print(f"p50 of {args.calls} sequential calls; end-to-end at {E2E_RATE} records/s\n")
     rows = [
         ("empty call (replica ping / Redis PING)", "empty call"),
-        ("one record: replica produce call / XADD", "produce call"),
+        ("one record: replica produce Ray call / XADD", "produce call"),
+        ("one record: replica produce direct path / XADD", "produce direct"),
         ("one record: Producer.send().get()", "send().get()"),
         ("one offset: Consumer.commit()", "commit"),
         ("transaction of one record", "transaction"),

@@ -111,6 +111,12 @@ class BrokerConfig(KafkaConfig):
         transaction_abort_timed_out_transaction_cleanup_interval_ms: how often the
             transaction coordinator looks for transactions past their timeout (Kafka:
             10 s; 1 s here, the check being a scan of a dict in memory).
+        listener_host: where replica actors listen for the direct path of produce and
+            fetch calls (see :mod:`raystream.wire`; Kafka's ``listeners``, on an
+            ephemeral port per replica): ``127.0.0.1`` (the default: clients on the
+            replica's machine), ``node`` (the Ray node's address, for clients on other
+            nodes), another address, or empty to send every call through Ray. A client
+            that cannot reach the address uses Ray calls.
     """
 
     data_dir: str = ""
@@ -126,6 +132,7 @@ class BrokerConfig(KafkaConfig):
     transaction_state_log_num_partitions: int = 1
     transaction_state_log_replication_factor: int = 3
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 1000
+    listener_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         for name in (

@@ -143,7 +143,9 @@ def test_setup_and_start_commands():
     assert "--autoscaling-config=~/ray_bootstrap_config.yaml" in head[1]
     assert "--dashboard-host=0.0.0.0" in head[1]
     # raystream starts after Ray, on the directory the setup commands create.
-    assert head[2] == f"raystream up --address auto --data-dir {DATA_DIR}"
+    assert head[2] == (
+        f"raystream up --address auto --data-dir {DATA_DIR} --config listener.host=node"
+    )
 
     worker = config["worker_start_ray_commands"]
     assert worker[0] == "ray stop"

@@ -83,6 +83,7 @@ def test_the_storage_engine_and_pure_logic_import_without_ray() -> None:
         "raystream.groups.group",
         "raystream.client.partitioner",
         "raystream.transactions.metadata",
+        "raystream.wire",
     ]
     code = f"import sys, {', '.join(pure)}; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -40,6 +40,7 @@ from typing import Any
 import ray
 
 from raystream.actors.liveness import is_down
+from raystream.client.transport import call, is_dead_actor_error
 from raystream.errors import (
     GroupIdNotFoundError,
     InvalidRequestError,
@@ -126,8 +127,6 @@ class GroupCoordinator:
         At load every record is applied; later only offsets (see
         :meth:`GroupStore.replay <raystream.groups.offsets_topic.GroupStore.replay>`).
         """
-        from raystream.client.transport import is_dead_actor_error
-
         async with self._reading[partition]:
             refresh = False
             backoff = 0.05
@@ -139,8 +138,16 @@ class GroupCoordinator:
                 try:
                     if leader is None:
                         raise LeaderNotAvailableError(f"{OFFSETS_TOPIC}-{partition}: no leader")
-                    answer = await leader.fetch.remote(
-                        self._positions[partition], 8 << 20, 0, 1, "read_committed"
+                    answer = await asyncio.wrap_future(
+                        call(
+                            leader,
+                            "fetch",
+                            self._positions[partition],
+                            8 << 20,
+                            0,
+                            1,
+                            "read_committed",
+                        )
                     )
                     answer.raise_for_error()
                 except Exception as error:
@@ -171,7 +178,9 @@ class GroupCoordinator:
         position = start
         try:
             while position < end:
-                answer = await leader.fetch.remote(position, 8 << 20, 0, 1, "read_uncommitted")
+                answer = await asyncio.wrap_future(
+                    call(leader, "fetch", position, 8 << 20, 0, 1, "read_uncommitted")
+                )
                 answer.raise_for_error()
                 if answer.records.num_rows:
                     self._store.replay(answer.records, time.monotonic(), membership_only=True)

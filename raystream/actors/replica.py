@@ -45,6 +45,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from raystream.client.transport import call
 from raystream.config import BrokerConfig
 from raystream.errors import (
     FencedLeaderEpochError,
@@ -82,6 +83,7 @@ from raystream.protocol import (
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 from raystream.transactions.markers import marker_batch
+from raystream.wire import Endpoint, Server
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,10 @@ REPLICA_FETCH_WAIT_MS = 500
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
+
+
+DIRECT_METHODS = ("produce", "fetch", "replica_fetch", "list_offsets", "write_txn_marker")
+"""The calls a replica serves on its direct path: the data plane."""
 
 
 def _consumer_skip(
@@ -189,6 +195,20 @@ class PartitionReplica:
         self._follower_task: asyncio.Task | None = None
         self._isr_change_pending = False
         self._epoch_start_offset = 0
+        self._server = Server(self, DIRECT_METHODS)
+        self._endpoint: asyncio.Task | None = None
+
+    async def endpoint(self) -> Endpoint | None:
+        """Where this replica serves produce and fetch calls directly (see
+        :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
+        host = self.broker.listener_host
+        if not host:
+            return None
+        if self._endpoint is None:
+            if host == "node":
+                host = ray.util.get_node_ip_address()
+            self._endpoint = asyncio.get_running_loop().create_task(self._server.start(host))
+        return await self._endpoint
 
     # ------------------------------------------------------------------ roles
 
@@ -799,8 +819,15 @@ class PartitionReplica:
                 if not truncated:
                     await self._truncate_to_leader(leader)
                     truncated = True
-                answer = await leader.replica_fetch.remote(
-                    self.replica_id, self.log.log_end_offset, epoch, REPLICA_FETCH_WAIT_MS
+                answer = await asyncio.wrap_future(
+                    call(
+                        leader,
+                        "replica_fetch",
+                        self.replica_id,
+                        self.log.log_end_offset,
+                        epoch,
+                        REPLICA_FETCH_WAIT_MS,
+                    )
                 )
                 if answer.error_code:
                     error = answer.error()

@@ -45,6 +45,7 @@ from typing import Any
 
 import ray
 
+from raystream.client.transport import call
 from raystream.errors import (
     BrokerNotAvailableError,
     InvalidProducerEpochError,
@@ -450,7 +451,7 @@ class TransactionCoordinator:
                 if leader is None:
                     raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
                 self._leaders[tp] = leader
-            answer = await getattr(leader, method).remote(*args)
+            answer = await asyncio.wrap_future(call(leader, method, *args))
             error = answer.error()
         except ray.exceptions.RayError as dead:  # the leader died: ask for the new one
             error = BrokerNotAvailableError(f"the leader of {tp.topic}-{tp.partition}: {dead}")

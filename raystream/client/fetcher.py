@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster
-from raystream.client.transport import CALL_ERRORS, answered, cancel, wait_result
+from raystream.client.transport import call, finished, outcome
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -88,9 +88,9 @@ class _Buffer:
 
 @dataclass(eq=False, slots=True)
 class _InFlight:
-    """A fetch sent to the leader: its ObjectRef and what it was issued for."""
+    """A fetch sent to the leader: its future and what it was issued for."""
 
-    ref: Any
+    future: Any
     offset: int
     epoch: int
 
@@ -308,19 +308,21 @@ class Fetcher:
             except RaystreamError as error:  # no leader known right now
                 self._retry_later(state, error, refresh)
                 continue
-            ref = leader.fetch.remote(
+            future = call(
+                leader,
+                "fetch",
                 offset,
                 self.max_fetch_bytes,
                 self.fetch_max_wait_ms,
                 self.fetch_min_bytes,
                 self.isolation_level,
             )
-            state.in_flight = _InFlight(ref, offset, state.epoch)
+            state.in_flight = _InFlight(future, offset, state.epoch)
         self._refresh(refresh)
 
     def _collectable(self) -> dict[Any, PartitionState]:
         return {
-            s.in_flight.ref: s
+            s.in_flight.future: s
             for s in self._states.values()
             if s.in_flight is not None and s.buffer is None
         }
@@ -334,12 +336,12 @@ class Fetcher:
         waiting = self._collectable()
         if not waiting:
             return
-        ready = answered(list(waiting), max(timeout_s, 0.0))
+        ready = finished(list(waiting), max(timeout_s, 0.0))
         if not ready:
             return
         refresh: set[str] = set()
-        for ref in ready:
-            self._complete(waiting[ref], refresh)
+        for future in ready:
+            self._complete(waiting[future], refresh)
         self._refresh(refresh)
 
     def _complete(self, state: PartitionState, refresh: set[str]) -> None:
@@ -350,11 +352,14 @@ class Fetcher:
             return  # issued for a position the partition has left since
         tp = state.tp
         try:
-            response = wait_result(flight.ref, None, f"fetch of {tp.topic}-{tp.partition}")
-        except RaystreamError as error:  # the replica actor died or is unreachable
-            self._retry_later(state, error, refresh)
+            response = outcome(flight.future, None, f"fetch of {tp.topic}-{tp.partition}")
+        except RaystreamError as error:
+            if error.retriable:  # the replica actor died or is unreachable
+                self._retry_later(state, error, refresh)
+            else:
+                state.error = error
             return
-        except CALL_ERRORS as error:
+        except Exception as error:
             state.error = RaystreamError(f"fetch of {tp.topic}-{tp.partition} failed: {error}")
             return
         error = response.error()
@@ -497,20 +502,22 @@ class Fetcher:
         pending = dict(timestamps)
         found: dict[TopicPartition, int] = {}
         while True:
-            refs: dict[TopicPartition, Any] = {}
+            futures: dict[TopicPartition, Any] = {}
             refresh: set[str] = set()
             last: RaystreamError | None = None
             for tp, timestamp in pending.items():
                 try:
-                    refs[tp] = self._leader(tp).list_offsets.remote(timestamp, self.isolation_level)
+                    futures[tp] = call(
+                        self._leader(tp), "list_offsets", timestamp, self.isolation_level
+                    )
                 except RaystreamError as error:
                     last = error
                     refresh.add(tp.topic)
-            for tp, ref in refs.items():
+            for tp, future in futures.items():
                 what = f"list_offsets of {tp.topic}-{tp.partition}"
                 try:
                     remaining = max(deadline - self._clock(), 0.001)
-                    response = wait_result(ref, remaining, what)
+                    response = outcome(future, remaining, what)
                     error = response.error()
                 except RaystreamError as failure:
                     error = failure
@@ -549,9 +556,7 @@ class Fetcher:
         """Drop buffered and in-flight data of ``state`` (its position changes)."""
         state.epoch += 1
         state.buffer = None
-        if state.in_flight is not None:
-            cancel(state.in_flight.ref)
-            state.in_flight = None
+        state.in_flight = None  # its answer is dropped when it comes
 
     def close(self) -> None:
         """Cancel every fetch in flight and forget the assignment."""

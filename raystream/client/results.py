@@ -33,8 +33,7 @@ class ProduceRequest:
     large table is copied request by request, not all at once. ``start`` is the
     request's first row in the partition-sorted order of its chunk; ``size_bytes`` is
     an estimate. The sender sends consecutive requests of a partition together, as one
-    batch (one call), and ``prepared`` is its handle on a large payload it shipped to
-    the object store ahead of time.
+    batch (one call), and ``prepared`` is a large payload it encoded ahead of its turn.
     """
 
     __slots__ = (

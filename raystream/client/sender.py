@@ -8,11 +8,12 @@ One daemon thread per producer. Each turn of its loop it
    thread);
 2. issues produce calls: the requests of a partition queued behind each other go out
    together as one *batch* (up to ``max_request_size``), encoded once as an Arrow IPC
-   stream, as ``leader.produce.remote(records, acks, request_timeout_ms, compression,
-   producer_id, producer_epoch, base_sequence)``;
+   stream, as ``produce(records, acks, request_timeout_ms, compression, producer_id,
+   producer_epoch, base_sequence)`` on the leader's direct path (a Ray call where it
+   has none, see :func:`~raystream.client.transport.call`);
 3. takes in the answers that arrived and completes the requests they answer, then
    sleeps until there is something to do: a chunk ready, an answer (each call's
-   ObjectRef future notifies the loop when it completes), a linger, backoff or
+   future notifies the loop when it completes), a linger, backoff or
    timeout deadline. Nothing polls.
 
 A batch is fixed once sent: a retry resends the same bytes with the same sequence
@@ -34,15 +35,15 @@ first call the producer gets a producer id and epoch from the controller, and ea
 partition numbers its records from 0; a batch carries the sequence of its first record.
 The leader writes a batch once however often it is retried (a duplicate is answered
 with the original offsets) and appends a partition's batches in sequence order however
-Ray orders the calls (it parks a batch whose predecessor has not arrived yet), so up to
+the calls arrive (it parks a batch whose predecessor has not arrived yet), so up to
 ``max_in_flight_requests_per_connection`` (at most 5) calls are in flight per
 partition and order holds, retries included. With acks=0 there are no answers to
 sequence by, so idempotence does not apply.
 
-Without idempotence, one call is in flight per partition: Ray runs an async actor's
-calls out of order (it forces ``allow_out_of_order_execution`` on async actors, and
-the leader replica is one), so two pipelined calls could append in either order; and a
-retried batch may be written twice (at least once).
+Without idempotence, one call is in flight per partition: on the Ray path an async
+actor's calls run out of order (Ray forces ``allow_out_of_order_execution`` on async
+actors, and the leader replica is one), so two pipelined calls could append in either
+order; and a retried batch may be written twice (at least once).
 
 Errors: a retriable answer (or a dead leader actor, which becomes the retriable
 :class:`~raystream.errors.BrokerNotAvailableError`) marks the topic's metadata stale,
@@ -101,7 +102,7 @@ from raystream.client.accumulator import (
     build_requests,
 )
 from raystream.client.results import ProduceRequest
-from raystream.client.transport import is_dead_actor_error, is_lost_call_error, put
+from raystream.client.transport import call, is_dead_actor_error, is_lost_call_error
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -123,8 +124,8 @@ MAX_IDEMPOTENT_IN_FLIGHT = 5
 """Calls in flight per partition for an idempotent producer: the leader remembers the
 last five batches of a producer, so any unanswered one is recognised when retried."""
 PREPARE_MIN_BYTES = 100 << 10
-"""Requests from this size on are put in the object store ahead of their turn (Ray
-passes smaller arguments inline)."""
+"""Requests from this size on are encoded ahead of their turn (smaller ones may still
+be merged with those behind them)."""
 EXPIRY_CHECK_S = 0.05
 """How often queued and in-flight batches are checked against their timeouts."""
 
@@ -182,7 +183,6 @@ class _Batch:
     __slots__ = (
         "attempts",
         "base_sequence",
-        "call",
         "created",
         "last_error",
         "order",
@@ -209,7 +209,6 @@ class _Batch:
         self.sent_at = 0.0
         self.last_error: BaseException | None = None
         self.payload: Any = None
-        self.call: Any = None  # the ObjectRef of the call in flight
 
     def build(self, encoder: BatchEncoder) -> Any:
         """The call's records as Arrow IPC bytes (or their ObjectRef, if shipped ahead).
@@ -562,15 +561,15 @@ class Sender(threading.Thread):
                     self._fail_queue(self._queues[key], error)
 
     def _prepare(self, request: ProduceRequest) -> None:
-        """Ship a large request's payload to the object store while its turn waits.
+        """Encode a large request's payload while its turn waits.
 
-        Building and serializing a request of about a megabyte costs about as much as
-        the leader's append of it; done while the previous call is in flight, the two
-        overlap instead of adding up. Small requests travel inline and are left alone
-        (they may still be merged with the ones queued behind them).
+        Building a request of about a megabyte costs about as much as the leader's
+        append of it; done while the previous call is in flight, the two overlap instead
+        of adding up. Small requests are left alone (they may still be merged with the
+        ones queued behind them).
         """
         if request.prepared is None and request.size_bytes >= PREPARE_MIN_BYTES:
-            request.prepared = put(encode_records(self._encoder, request.payload()))
+            request.prepared = encode_records(self._encoder, request.payload())
 
     def _next_batch(self, queue: _PartitionQueue) -> _Batch:
         """The batch to send next: the first one to retry, else a new one.
@@ -608,7 +607,9 @@ class Sender(threading.Thread):
 
     def _produce(self, leader: Any, batch: _Batch) -> Future:
         config = self._config
-        batch.call = leader.produce.remote(
+        return call(
+            leader,
+            "produce",
             batch.build(self._encoder),
             self._acks,
             config.request_timeout_ms,
@@ -618,7 +619,6 @@ class Sender(threading.Thread):
             batch.base_sequence,
             self.transaction is not None,
         )
-        return batch.call.future()  # the ObjectRef must outlive its future: kept on the batch
 
     def _next_backoff(self, now: float) -> float | None:
         waits = [

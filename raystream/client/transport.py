@@ -1,7 +1,8 @@
 """The one place client code touches Ray.
 
-Starting or attaching to Ray, finding and stopping named actors, shipping payloads to
-the object store, and waiting on actor calls. Waiting turns Ray's failures into
+Starting or attaching to Ray, finding and stopping named actors, calling actors (over
+their direct path where they serve one, see :mod:`raystream.wire`) and waiting on the
+calls. Waiting turns Ray's failures into
 raystream errors: a dead or unreachable actor becomes the retriable
 :class:`BrokerNotAvailableError` (refresh metadata, retry), a timeout becomes
 :class:`RaystreamTimeoutError`. Keeping Ray here leaves the rest of the client plain
@@ -10,8 +11,13 @@ Python over opaque handles and call references.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import logging
+import os
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import ray
@@ -27,6 +33,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError
 from raystream.java import provide_java
+from raystream.wire import Channel, Endpoint, settle
+
+logger = logging.getLogger(__name__)
 
 DEAD_ACTOR_ERRORS = (RayActorError, ActorUnschedulableError)
 """Ray's ways of saying an actor is gone, restarting, or cannot be placed (its node is
@@ -70,11 +79,6 @@ def stop_actor(actor: Any) -> None:
 def current_actor_id() -> str | None:
     """The id of the actor this code runs in, or None outside an actor."""
     return ray.get_runtime_context().get_actor_id()
-
-
-def put(value: Any) -> Any:
-    """Place ``value`` in the object store now; the reference travels in its place."""
-    return ray.put(value)
 
 
 def answered(refs: Sequence[Any], timeout_s: float = 0.0, every: bool = False) -> list[Any]:
@@ -127,3 +131,147 @@ def is_lost_call_error(error: BaseException) -> bool:
     """Whether ``error`` means the call or its answer was lost inside Ray (the request
     may or may not have been carried out)."""
     return isinstance(error, RaySystemError | ObjectLostError)
+
+
+# ------------------------------------------------------------------ direct path
+
+
+def call(actor: Any, method: str, *args: Any) -> Future:
+    """``actor.method(*args)`` over the actor's direct path if it serves one (see
+    :mod:`raystream.wire`), else as a Ray call; either way a future of the answer.
+
+    The path is chosen once per actor (its first call asks for its endpoint) and the
+    calls of one caller keep their order on it. Errors are Ray's or the wire's:
+    :func:`outcome` translates both.
+    """
+    return _ROUTES.call(actor, method, args)
+
+
+def finished(futures: Sequence[Future], timeout_s: float = 0.0) -> list[Future]:
+    """Those of ``futures`` that are done, waiting up to ``timeout_s`` for the first."""
+    if not futures:
+        return []
+    done, _ = concurrent.futures.wait(
+        futures, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED
+    )
+    return [f for f in futures if f in done]
+
+
+def outcome(future: Future, timeout_s: float | None = None, what: str = "request") -> Any:
+    """The answer of a :func:`call`, with Ray's and the wire's errors translated.
+
+    Raises:
+        BrokerNotAvailableError: the actor died, cannot be reached, or the call was lost.
+        RaystreamTimeoutError: no answer within ``timeout_s``.
+    """
+    try:
+        return future.result(timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise RaystreamTimeoutError(f"{what} got no answer within {timeout_s} s") from None
+    except DEAD_ACTOR_ERRORS as error:
+        raise BrokerNotAvailableError(
+            f"{what} failed: the serving actor is gone ({error})"
+        ) from None
+    except (RaySystemError, ObjectLostError) as error:
+        raise BrokerNotAvailableError(f"{what} was lost: {error}") from None
+
+
+class _Lookup:
+    """An actor's endpoint being asked for, and the calls made meanwhile, in order."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[str, tuple[Any, ...], Future]] = []
+        self.ref: Any = None  # the endpoint call: it must outlive its future
+
+
+_RAY = object()
+"""Route of an actor without a reachable direct path: plain Ray calls."""
+
+
+class _Routes:
+    """How this process reaches each actor: a :class:`Channel`, Ray, or being found out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._routes: dict[Any, Any] = {}
+        self._node: str | None = None
+
+    def call(self, actor: Any, method: str, args: tuple[Any, ...]) -> Future:
+        node = ray.get_runtime_context().get_node_id()
+        lookup: _Lookup | None = None
+        with self._lock:
+            if node != self._node:  # a new Ray cluster, whose actor ids may repeat the last's
+                self._routes, self._node = {}, node
+            route = self._routes.get(actor)
+            if route is None or isinstance(route, _Lookup):
+                future: Future = Future()
+                if route is None:
+                    route = lookup = self._routes[actor] = _Lookup()
+                route.waiting.append((method, args, future))
+        if lookup is not None:  # outside the lock: a call that failed at once answers here
+            lookup.ref = actor.endpoint.remote()
+            lookup.ref.future().add_done_callback(lambda answer: self._found(actor, lookup, answer))
+        if isinstance(route, _Lookup):
+            return future
+        if route is _RAY:
+            return _ray_call(actor, method, args)
+        return route.call(method, args)
+
+    def _found(self, actor: Any, lookup: _Lookup, answer: Future) -> None:
+        """The endpoint answer came: connect, then send what waited, in order."""
+        route: Any = _RAY
+        failure: BaseException | None = None
+        try:
+            endpoint: Endpoint | None = answer.result()
+            if endpoint is not None:
+                route = Channel(endpoint, repr(actor), lambda ch: self._forget(actor, ch))
+        except DEAD_ACTOR_ERRORS as error:
+            failure = BrokerNotAvailableError(f"{actor!r} is gone: {error}")
+        except (OSError, RayError) as error:  # unreachable from here: Ray calls it is
+            logger.info("no direct path to %r (%s): using Ray calls", actor, error)
+        answers: list[tuple[Future | BaseException, Future]] = []
+        with self._lock:  # sent under the lock: no later call overtakes them
+            if self._routes.get(actor) is lookup:
+                if failure is None:
+                    self._routes[actor] = route
+                else:  # the next call asks again (a restarted actor has a new endpoint)
+                    del self._routes[actor]
+            for method, args, future in lookup.waiting:
+                if failure is not None:
+                    answers.append((failure, future))
+                elif route is _RAY:
+                    answers.append((_ray_call(actor, method, args), future))
+                else:
+                    answers.append((route.call(method, args), future))
+        for source, future in answers:  # callbacks run outside the lock
+            if isinstance(source, BaseException):
+                settle(future, False, source)
+            else:
+                _chain(source, future)
+
+    def _forget(self, actor: Any, channel: Channel) -> None:
+        """A lost connection: the next call asks the actor for its endpoint again."""
+        with self._lock:
+            if self._routes.get(actor) is channel:
+                del self._routes[actor]
+
+
+def _ray_call(actor: Any, method: str, args: tuple[Any, ...]) -> Future:
+    ref = getattr(actor, method).remote(*args)
+    future = ref.future()
+    future.ref = ref  # the ObjectRef must outlive its future
+    return future
+
+
+def _chain(source: Future, target: Future) -> None:
+    def copy(done: Future) -> None:
+        error = done.exception()
+        settle(target, error is None, done.result() if error is None else error)
+
+    source.add_done_callback(copy)
+
+
+_ROUTES = _Routes()
+os.register_at_fork(after_in_child=_ROUTES.__init__)
+"""A forked child (PySpark forks its Python workers) has none of the parent's reader
+threads: it starts with no routes, and leaves the parent's connections alone."""

@@ -7,6 +7,7 @@ these tests do not depend on the Consumer. They share one raystream cluster per 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -83,6 +84,21 @@ def _read_once(cluster: Any, topic: str, partition: int) -> pa.Table:
     if not tables:
         return pa.table({"offset": pa.array([], pa.int64())})
     return pa.concat_tables(tables)
+
+
+def kill_and_wait(replica: Any, no_restart: bool) -> None:
+    """Kill a replica actor and return once its process is gone (``ray.kill`` returns
+    at once, and a produce over the direct path takes well under a millisecond)."""
+    pid = ray.get(replica.ping.remote())
+    ray.kill(replica, no_restart=no_restart)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"replica process {pid} outlived its kill"
+        time.sleep(0.005)
 
 
 def values_of(cluster: Any, topic: str, partition: int = 0) -> list[Any]:
@@ -546,7 +562,7 @@ def test_batches_resent_after_a_request_timeout_are_written_once_only_with_idemp
     state = shared_cluster.admin().describe_topic(topic).partitions[0]
     follower = next(r for r in state.replicas if r != state.leader)
     handle = ray.get_actor(f"replica:{topic}:0:{follower}", namespace=shared_cluster.namespace)
-    ray.kill(handle, no_restart=False)
+    kill_and_wait(handle, no_restart=False)  # the stall starts once it is really gone
     futures = [producer.send(topic, b"%d" % i) for i in range(50, 100)]
     producer.flush(timeout=90)
     assert all(f.succeeded() for f in futures)
@@ -565,7 +581,7 @@ def test_records_expire_after_delivery_timeout_when_the_leader_stays_dead(
     producer = producers(delivery_timeout_ms=1500, retry_backoff_ms=50, request_timeout_ms=1000)
     producer.send(topic, b"first").get(timeout=20)
     leader = shared_cluster.topic_metadata(topic).partitions[0].leader_handle
-    ray.kill(leader, no_restart=True)
+    kill_and_wait(leader, no_restart=True)
     future = producer.send(topic, b"lost")
     with pytest.raises(RaystreamTimeoutError, match=r"not acknowledged within 0\.2 s"):
         producer.flush(timeout=0.2)

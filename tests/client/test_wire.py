@@ -1,0 +1,204 @@
+"""The direct path (raystream.wire) without Ray, and how clients route calls on Ray.
+
+The wire tests run a real server on a real event loop (in a thread) and real
+connections on loopback; the routing tests use the session's Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from raystream.errors import BrokerNotAvailableError, InvalidRequestError, NotLeaderError
+from raystream.wire import HELLO, Channel, Endpoint, Server
+
+
+class Target:
+    """What a replica would be: coroutine methods, some slow, some failing."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.order: list[int] = []
+
+    async def echo(self, value: Any) -> Any:
+        return value
+
+    async def record(self, i: int) -> int:
+        self.order.append(i)
+        return i
+
+    async def parked(self) -> str:
+        await self.release.wait()
+        return "released"
+
+    async def refuse(self) -> None:
+        raise NotLeaderError("not the leader of t-0 any more")
+
+    async def secret(self) -> str:
+        return "not served"
+
+
+class Loop:
+    """An event loop in a thread, with a :class:`Server` of a :class:`Target` on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.target = self.run(self._make_target())
+        self.server = Server(self.target, ("echo", "record", "parked", "refuse"))
+        self.endpoint = self.run(self.server.start("127.0.0.1"))
+
+    async def _make_target(self) -> Target:
+        return Target()
+
+    def run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def served() -> Iterator[Loop]:
+    loop = Loop()
+    yield loop
+    loop.stop()
+
+
+def connect(served: Loop, closed: list[Channel] | None = None) -> Channel:
+    return Channel(served.endpoint, "target", (closed if closed is not None else []).append)
+
+
+def test_answers_carry_values_and_out_of_band_buffers(served: Loop) -> None:
+    channel = connect(served)
+    payload = pa.py_buffer(b"x" * (3 << 20))
+    array = np.arange(1 << 18, dtype=np.int64)
+    assert channel.call("echo", (None,)).result(10) is None
+    assert channel.call("echo", ({"a": [1, 2]},)).result(10) == {"a": [1, 2]}
+    assert channel.call("echo", (payload,)).result(10).to_pybytes() == payload.to_pybytes()
+    assert np.array_equal(channel.call("echo", (array,)).result(10), array)
+    channel.close()
+
+
+def test_calls_start_in_the_order_sent_and_a_parked_call_blocks_none(served: Loop) -> None:
+    channel = connect(served)
+    parked = channel.call("parked", ())
+    futures = [channel.call("record", (i,)) for i in range(200)]
+    assert [f.result(10) for f in futures] == list(range(200))
+    assert served.target.order == list(range(200))
+    assert not parked.done()
+    served.loop.call_soon_threadsafe(served.target.release.set)
+    assert parked.result(10) == "released"
+    channel.close()
+
+
+def test_errors_reach_the_caller_with_their_type(served: Loop) -> None:
+    channel = connect(served)
+    with pytest.raises(NotLeaderError, match="t-0"):
+        channel.call("refuse", ()).result(10)
+    with pytest.raises(InvalidRequestError, match="'secret' is not served"):
+        channel.call("secret", ()).result(10)
+    with pytest.raises(InvalidRequestError, match="'missing' is not served"):
+        channel.call("missing", ()).result(10)
+    assert channel.call("echo", (1,)).result(10) == 1  # the connection survives them
+    channel.close()
+
+
+def test_a_wrong_token_is_refused(served: Loop) -> None:
+    wrong = Endpoint(served.endpoint.host, served.endpoint.port, b"\0" * 16)
+    with pytest.raises(ConnectionError):
+        Channel(wrong, "target", lambda channel: None)
+    with socket.create_connection((served.endpoint.host, served.endpoint.port)) as sock:
+        sock.sendall(served.endpoint.token)
+        assert sock.recv(len(HELLO)) == HELLO
+
+
+def test_a_closed_channel_fails_waiting_and_later_calls_as_retriable(served: Loop) -> None:
+    closed: list[Channel] = []
+    channel = connect(served, closed)
+    parked = channel.call("parked", ())
+    channel.close()
+    with pytest.raises(BrokerNotAvailableError, match="connection to target lost") as info:
+        parked.result(10)
+    assert info.value.retriable
+    assert closed == [channel]
+    with pytest.raises(BrokerNotAvailableError):
+        channel.call("echo", (1,)).result(10)
+
+
+# ------------------------------------------------------------- routing on Ray
+
+
+def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster) -> None:
+    import ray
+
+    from raystream.client.transport import call, outcome
+
+    shared_cluster.admin().create_topic("wired")
+    leader = shared_cluster.topic_metadata("wired").partitions[0].leader_handle
+    endpoint = ray.get(leader.endpoint.remote())
+    assert endpoint.host == "127.0.0.1" and endpoint.port > 0
+    assert outcome(call(leader, "list_offsets", -1, "read_uncommitted"), 10).offset == 0
+    with pytest.raises(InvalidRequestError, match="'delete' is not served"):
+        outcome(call(leader, "delete"), 10)
+    pid = ray.get(leader.ping.remote())
+    parked = call(leader, "fetch", 0, 1 << 20, 60_000, 1, "read_uncommitted")
+    ray.kill(leader, no_restart=False)
+    with pytest.raises(BrokerNotAvailableError):  # the long poll ends with its process
+        outcome(parked, 30)  # Ray restarts it: a new process, a new endpoint
+    answers = []
+    for _ in range(200):
+        future: Future = call(leader, "list_offsets", -1, "read_uncommitted")
+        try:
+            answers.append(outcome(future, 30))
+            break
+        except BrokerNotAvailableError:  # the connection to the old process was lost
+            continue
+    assert answers and answers[0].error_code in (0, 6)  # answered by the new process
+    assert ray.get(leader.ping.remote()) != pid
+    assert ray.get(leader.endpoint.remote()) != endpoint
+
+
+def test_an_actor_without_a_direct_path_gets_ray_calls(local_ray) -> None:
+    import ray
+
+    from raystream.client.transport import call, outcome
+
+    @ray.remote(num_cpus=0)
+    class Plain:
+        async def endpoint(self) -> None:
+            return None
+
+        async def echo(self, value: Any) -> Any:
+            return value
+
+    plain = Plain.remote()
+    futures = [call(plain, "echo", i) for i in range(20)]
+    assert [outcome(f, 30) for f in futures] == list(range(20))
+    ray.kill(plain)
+
+
+def test_a_cluster_without_listeners_runs_on_ray_calls(cluster_factory) -> None:
+    import ray
+
+    cluster = cluster_factory(broker_config={"listener.host": ""})
+    cluster.admin().create_topic("plain", partitions=2)
+    leader = cluster.topic_metadata("plain").partitions[0].leader_handle
+    assert ray.get(leader.endpoint.remote()) is None
+    with cluster.producer() as producer:
+        for i in range(100):
+            producer.send("plain", b"%d" % i, key=b"%d" % i)
+    consumer = cluster.consumer("plain", auto_offset_reset="earliest", consumer_timeout_ms=2000)
+    assert sorted(int(r.value) for r in consumer) == list(range(100))
+    consumer.close()
