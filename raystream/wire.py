@@ -53,11 +53,13 @@ _LENGTH = struct.Struct("<Q")
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where an actor serves its direct path, and the token that opens it."""
+    """Where an actor serves its direct path, the token that opens it, and the methods
+    it serves there (its other methods are Ray calls)."""
 
     host: str
     port: int
     token: bytes
+    methods: frozenset[str]
 
 
 def _pickle(value: Any) -> tuple[bytes, list[memoryview]]:
@@ -89,7 +91,7 @@ class Server:
         """Listen on ``host`` (an ephemeral port) and return the endpoint to hand out."""
         self._server = await asyncio.start_server(self._serve, host, 0)
         port = self._server.sockets[0].getsockname()[1]
-        return Endpoint(host, port, self._token)
+        return Endpoint(host, port, self._token, self._methods)
 
     def close(self) -> None:
         """Stop listening; open connections end with the process."""
@@ -166,6 +168,7 @@ class Channel:
 
     def __init__(self, endpoint: Endpoint, name: str, on_close: Callable[[Channel], None]) -> None:
         self.name = name
+        self.methods = endpoint.methods
         self._on_close = on_close
         sock = socket.create_connection((endpoint.host, endpoint.port), CONNECT_TIMEOUT_S)
         try:

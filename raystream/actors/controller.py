@@ -969,7 +969,7 @@ class Controller:
             max_restarts=-1,
             num_cpus=0,
             get_if_exists=True,
-        ).remote(self.namespace, *args)
+        ).remote(self.namespace, self.broker.listener_host, *args)
 
     def _stop_coordinator(self) -> None:
         for name in (COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME):

@@ -39,6 +39,7 @@ from typing import Any
 
 import ray
 
+from raystream.actors.direct import DirectPath
 from raystream.actors.liveness import is_down
 from raystream.client.transport import call, is_dead_actor_error
 from raystream.errors import (
@@ -61,10 +62,13 @@ from raystream.groups.offsets_topic import (
 )
 from raystream.protocol import CONTROLLER_NAME, Result, failure
 from raystream.types import TopicPartition
+from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)
 
 COORDINATOR_NAME = "raystream-group-coordinator"
+DIRECT_METHODS = ("commit_offsets", "fetch_offsets", "check_txn_offsets", "refresh_offsets")
+"""The calls served on the direct path: those a commit or a transaction makes."""
 TICK_S = 0.1
 CRASH_CHECK_AFTER_S = 0.5
 """Silence after which a member in a Ray actor is looked up in Ray's actor table."""
@@ -81,8 +85,9 @@ class GroupCoordinator:
         partitions: how many partitions ``__consumer_offsets`` has.
     """
 
-    def __init__(self, namespace: str, data_dir: str, partitions: int) -> None:
+    def __init__(self, namespace: str, listener_host: str, data_dir: str, partitions: int) -> None:
         self._namespace = namespace
+        self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
         self._data_dir = data_dir
         self._partitions = partitions
         self._store = GroupStore()
@@ -385,6 +390,11 @@ class GroupCoordinator:
             return Result(value=description)
         except Exception as error:
             return failure(error)
+
+    async def endpoint(self) -> Endpoint | None:
+        """Where this coordinator serves its offset calls directly (see
+        :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
+        return await self._direct.endpoint()
 
     async def ping(self) -> bool:
         """Liveness check (and load trigger)."""

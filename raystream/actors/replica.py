@@ -45,6 +45,7 @@ from typing import Any
 import pyarrow as pa
 import ray
 
+from raystream.actors.direct import DirectPath
 from raystream.client.transport import call
 from raystream.config import BrokerConfig
 from raystream.errors import (
@@ -83,7 +84,7 @@ from raystream.protocol import (
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 from raystream.transactions.markers import marker_batch
-from raystream.wire import Endpoint, Server
+from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -195,20 +196,12 @@ class PartitionReplica:
         self._follower_task: asyncio.Task | None = None
         self._isr_change_pending = False
         self._epoch_start_offset = 0
-        self._server = Server(self, DIRECT_METHODS)
-        self._endpoint: asyncio.Task | None = None
+        self._direct = DirectPath(self, DIRECT_METHODS, self.broker.listener_host)
 
     async def endpoint(self) -> Endpoint | None:
         """Where this replica serves produce and fetch calls directly (see
         :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
-        host = self.broker.listener_host
-        if not host:
-            return None
-        if self._endpoint is None:
-            if host == "node":
-                host = ray.util.get_node_ip_address()
-            self._endpoint = asyncio.get_running_loop().create_task(self._server.start(host))
-        return await self._endpoint
+        return await self._direct.endpoint()
 
     # ------------------------------------------------------------------ roles
 

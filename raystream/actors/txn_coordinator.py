@@ -45,6 +45,7 @@ from typing import Any
 
 import ray
 
+from raystream.actors.direct import DirectPath
 from raystream.client.transport import call
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -70,10 +71,13 @@ from raystream.transactions.state_topic import (
     transaction_record,
 )
 from raystream.types import TopicPartition
+from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR_NAME = "raystream-transaction-coordinator"
+DIRECT_METHODS = ("init_producer_id", "add_partitions", "add_offsets", "end_txn")
+"""The calls served on the direct path: a transactional producer's."""
 MARKER_TIMEOUT_MS = 30_000
 STATE_WRITE_TIMEOUT_S = 30.0
 MARKER_BACKOFF_S = (0.05, 1.0)
@@ -98,12 +102,14 @@ class TransactionCoordinator:
     def __init__(
         self,
         namespace: str,
+        listener_host: str,
         data_dir: str,
         partitions: int,
         offsets_partitions: int,
         abort_check_interval_ms: int,
     ) -> None:
         self._namespace = namespace
+        self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
         self._data_dir = data_dir
         self._partitions = partitions
         self._offsets_partitions = offsets_partitions
@@ -267,6 +273,11 @@ class TransactionCoordinator:
         except Exception as error:
             return failure(error)
 
+    async def endpoint(self) -> Endpoint | None:
+        """Where this coordinator serves a transaction's calls directly (see
+        :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
+        return await self._direct.endpoint()
+
     async def ping(self) -> bool:
         """Liveness check (and load trigger)."""
         await self._ready()
@@ -350,7 +361,7 @@ class TransactionCoordinator:
         it also reads them before it answers an offset fetch)."""
         with contextlib.suppress(Exception):
             coordinator = await asyncio.to_thread(self._cluster.coordinator)
-            await coordinator.refresh_offsets.remote()
+            await asyncio.wrap_future(call(coordinator, "refresh_offsets"))
 
     # --------------------------------------------------------------------- tick
 

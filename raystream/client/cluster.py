@@ -16,9 +16,11 @@ from typing import Any
 
 from raystream.actors import CONTROLLER_NAME, ControllerActor
 from raystream.client.transport import (
+    call,
     ensure_ray,
     named_actor,
     on_this_node,
+    outcome,
     stop_actor,
     wait_result,
 )
@@ -243,8 +245,8 @@ class Cluster:
         refresh = False
         while True:
             try:
-                answer = wait_result(
-                    getattr(find(refresh), method).remote(*args),
+                answer = outcome(
+                    call(find(refresh), method, *args),
                     max(deadline - time.monotonic(), 0.001),
                     f"{what} {method}",
                 )

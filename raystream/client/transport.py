@@ -137,8 +137,9 @@ def is_lost_call_error(error: BaseException) -> bool:
 
 
 def call(actor: Any, method: str, *args: Any) -> Future:
-    """``actor.method(*args)`` over the actor's direct path if it serves one (see
-    :mod:`raystream.wire`), else as a Ray call; either way a future of the answer.
+    """``actor.method(*args)`` over the actor's direct path if it serves the method
+    there (see :mod:`raystream.wire`), else as a Ray call; either way a future of the
+    answer.
 
     The path is chosen once per actor (its first call asks for its endpoint) and the
     calls of one caller keep their order on it. Errors are Ray's or the wire's:
@@ -213,7 +214,7 @@ class _Routes:
             lookup.ref.future().add_done_callback(lambda answer: self._found(actor, lookup, answer))
         if isinstance(route, _Lookup):
             return future
-        if route is _RAY:
+        if route is _RAY or method not in route.methods:
             return _ray_call(actor, method, args)
         return route.call(method, args)
 
@@ -239,7 +240,7 @@ class _Routes:
             for method, args, future in lookup.waiting:
                 if failure is not None:
                     answers.append((failure, future))
-                elif route is _RAY:
+                elif route is _RAY or method not in route.methods:
                     answers.append((_ray_call(actor, method, args), future))
                 else:
                     answers.append((route.call(method, args), future))

@@ -116,7 +116,7 @@ def test_errors_reach_the_caller_with_their_type(served: Loop) -> None:
 
 
 def test_a_wrong_token_is_refused(served: Loop) -> None:
-    wrong = Endpoint(served.endpoint.host, served.endpoint.port, b"\0" * 16)
+    wrong = Endpoint(served.endpoint.host, served.endpoint.port, b"\0" * 16, frozenset())
     with pytest.raises(ConnectionError):
         Channel(wrong, "target", lambda channel: None)
     with socket.create_connection((served.endpoint.host, served.endpoint.port)) as sock:
@@ -150,8 +150,7 @@ def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster)
     endpoint = ray.get(leader.endpoint.remote())
     assert endpoint.host == "127.0.0.1" and endpoint.port > 0
     assert outcome(call(leader, "list_offsets", -1, "read_uncommitted"), 10).offset == 0
-    with pytest.raises(InvalidRequestError, match="'delete' is not served"):
-        outcome(call(leader, "delete"), 10)
+    assert "delete" not in endpoint.methods  # a Ray call, like every control call
     pid = ray.get(leader.ping.remote())
     parked = call(leader, "fetch", 0, 1 << 20, 60_000, 1, "read_uncommitted")
     ray.kill(leader, no_restart=False)
@@ -201,4 +200,29 @@ def test_a_cluster_without_listeners_runs_on_ray_calls(cluster_factory) -> None:
             producer.send("plain", b"%d" % i, key=b"%d" % i)
     consumer = cluster.consumer("plain", auto_offset_reset="earliest", consumer_timeout_ms=2000)
     assert sorted(int(r.value) for r in consumer) == list(range(100))
+    consumer.close()
+
+
+def test_coordinators_serve_a_transaction_directly(shared_cluster) -> None:
+    import ray
+
+    for coordinator in (shared_cluster.coordinator(), shared_cluster.transaction_coordinator()):
+        assert ray.get(coordinator.endpoint.remote()).host == "127.0.0.1"
+    shared_cluster.admin().create_topic("wired-txn")
+    producer = shared_cluster.producer(transactional_id="wired")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("wired-txn", b"committed")
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send("wired-txn", b"aborted")
+    producer.abort_transaction()
+    producer.close()
+    consumer = shared_cluster.consumer(
+        "wired-txn",
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        consumer_timeout_ms=2000,
+    )
+    assert [r.value for r in consumer] == [b"committed"]
     consumer.close()
