@@ -3,7 +3,8 @@
 Measures, with 100-byte values and replication factor 1, in one run:
 
 - per-record ``send()`` throughput (acks=1, until flush returns), 1 and 4 partitions;
-- ``send_batch()`` throughput (Arrow tables of 100,000 rows);
+- ``send_batch()`` throughput (Arrow tables of 100,000 rows; the median of three rounds
+  after one untimed table);
 - producers are idempotent (the default); the 1-partition ``send()``, ``send_batch()``
   and end-to-end figures are repeated with idempotence off;
 - consumer throughput per record (iteration) and columnar (``poll_arrow``);
@@ -53,18 +54,25 @@ def produce_per_record(
 
 
 def produce_batches(
-    cluster: rs.Cluster, topic: str, records: int, idempotence: bool = True
+    cluster: rs.Cluster, topic: str, records: int, idempotence: bool = True, rounds: int = 3
 ) -> float:
-    """Records/s of send_batch() with 100,000-row Arrow tables."""
+    """Records/s of send_batch() with 100,000-row Arrow tables: the median of ``rounds``
+    rounds of ``records``, after one table that opens the producer's connection."""
     rows = 100_000
     table = pa.table({"value": pa.array([VALUE] * rows, pa.binary())})
     producer = cluster.producer(acks=1, enable_idempotence=idempotence)
-    start = time.perf_counter()
-    for _ in range(max(records // rows, 1)):
-        producer.send_batch(topic, table)
-    seconds = time.perf_counter() - start
+    producer.send_batch(topic, table)
+    producer.flush()
+    tables = max(records // rows, 1)
+    rates = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(tables):
+            producer.send_batch(topic, table)
+        producer.flush()
+        rates.append(tables * rows / (time.perf_counter() - start))
     producer.close()
-    return max(records // rows, 1) * rows / seconds
+    return statistics.median(rates)
 
 
 def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
