@@ -86,6 +86,7 @@ class Server:
         self._token = secrets.token_bytes(TOKEN_BYTES)
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self, host: str) -> Endpoint:
         """Listen on ``host`` (an ephemeral port) and return the endpoint to hand out."""
@@ -94,14 +95,18 @@ class Server:
         return Endpoint(host, port, self._token, self._methods)
 
     def close(self) -> None:
-        """Stop listening; open connections end with the process."""
+        """Stop listening and close the open connections (their callers' waiting calls
+        fail as lost)."""
         if self._server is not None:
             self._server.close()
+        for writer in list(self._writers):
+            writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         write_lock = asyncio.Lock()
+        self._writers.add(writer)
         try:
             token = await reader.readexactly(TOKEN_BYTES)
             if not hmac.compare_digest(token, self._token):
@@ -124,6 +129,7 @@ class Server:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            self._writers.discard(writer)
             writer.close()
 
     async def _answer(

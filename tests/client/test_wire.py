@@ -64,9 +64,13 @@ class Loop:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        self.run(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+    async def _close(self) -> None:
+        self.server.close()
+        await asyncio.sleep(0.05)  # the connections' handlers see their end
 
 
 @pytest.fixture
@@ -122,6 +126,16 @@ def test_a_wrong_token_is_refused(served: Loop) -> None:
     with socket.create_connection((served.endpoint.host, served.endpoint.port)) as sock:
         sock.sendall(served.endpoint.token)
         assert sock.recv(len(HELLO)) == HELLO
+
+
+def test_a_closed_server_fails_the_calls_waiting_on_it(served: Loop) -> None:
+    closed: list[Channel] = []
+    channel = connect(served, closed)
+    parked = channel.call("parked", ())
+    served.run(served._close())  # as when the actor's process ends
+    with pytest.raises(BrokerNotAvailableError, match="connection to target lost"):
+        parked.result(10)
+    assert closed == [channel]
 
 
 def test_a_closed_channel_fails_waiting_and_later_calls_as_retriable(served: Loop) -> None:
