@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import hmac
 import itertools
-import logging
 import pickle
 import secrets
 import socket
@@ -39,8 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import BrokerNotAvailableError, InvalidRequestError, RaystreamError
-
-logger = logging.getLogger(__name__)
 
 HELLO = b"RSW1"
 """The server's answer to a valid token: the connection is open for calls."""
@@ -72,6 +69,11 @@ def _pickle(value: Any) -> tuple[bytes, list[memoryview]]:
 def _header(call_id: int, kind: int, body: bytes, raws: list[memoryview]) -> bytes:
     lengths = b"".join(_LENGTH.pack(r.nbytes) for r in raws)
     return _HEADER.pack(call_id, kind, len(body), len(raws)) + lengths
+
+
+def _sizes(lengths: bytes | bytearray) -> list[int]:
+    """The buffer sizes a header's length block lists (read on both sides)."""
+    return [size for (size,) in _LENGTH.iter_unpack(lengths)]
 
 
 # ----------------------------------------------------------------------- server
@@ -117,10 +119,7 @@ class Server:
                 call_id, _, size, count = _HEADER.unpack(header)
                 lengths = await reader.readexactly(_LENGTH.size * count)
                 body = await reader.readexactly(size)
-                buffers = [
-                    await reader.readexactly(_LENGTH.unpack_from(lengths, i * _LENGTH.size)[0])
-                    for i in range(count)
-                ]
+                buffers = [await reader.readexactly(size) for size in _sizes(lengths)]
                 task = asyncio.get_running_loop().create_task(
                     self._answer(writer, write_lock, call_id, body, buffers)
                 )
@@ -225,10 +224,7 @@ class Channel:
                 call_id, kind, size, count = _HEADER.unpack(_receive(sock, _HEADER.size))
                 lengths = _receive(sock, _LENGTH.size * count)
                 body = _receive(sock, size)
-                buffers = [
-                    _receive(sock, _LENGTH.unpack_from(lengths, i * _LENGTH.size)[0])
-                    for i in range(count)
-                ]
+                buffers = [_receive(sock, size) for size in _sizes(lengths)]
                 try:
                     value = pickle.loads(body, buffers=buffers)
                 except Exception as error:
