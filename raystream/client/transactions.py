@@ -18,6 +18,14 @@ batch makes the transaction abortable only: its sequence numbers leave a gap, so
 after the abort the producer takes a new epoch (``init_producer_id`` again), which
 restarts every partition's sequence at 0.
 
+Consume-transform-produce loops send their offsets for the same group in every
+transaction. So the group's ``__consumer_offsets`` partition, once learned from the
+coordinator, is added with the first partitions of the next transaction, in the same
+call, and ``send_offsets_to_transaction`` then needs no coordinator call of its own:
+one replicated state write per transaction fewer. A transaction that then sends no
+offsets for that group costs a marker on that partition at its end, and the next one
+goes back to asking.
+
 Thread-safety: the application's thread drives the states, the sender thread adds
 partitions; a lock guards what both touch.
 """
@@ -70,6 +78,9 @@ class TransactionManager:
         self.partitions: set[Partition] = set()
         self._results: set[Any] = set()
         self._error: BaseException | None = None
+        self._offsets_partitions: dict[str, int] = {}  # group -> its offsets partition
+        self._groups: set[str] = set()  # groups whose offsets this transaction sent
+        self._expected: set[str] = set()  # the previous transaction's groups
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ states
@@ -155,6 +166,7 @@ class TransactionManager:
             self.partitions = set()
             self._results = set()
             self._error = None
+            self._expected, self._groups = self._groups, set()
         self.state = TxnClientState.READY
         return bump
 
@@ -186,9 +198,14 @@ class TransactionManager:
         """Add the partitions not in the transaction yet (sender thread); the error
         that failed it, or None."""
         with self._lock:
-            missing = sorted(set(partitions) - self.partitions)
+            missing = set(partitions) - self.partitions
+            if missing and not self.partitions:  # the transaction's first partitions
+                missing.update(
+                    (OFFSETS_TOPIC, self._offsets_partitions[group]) for group in self._expected
+                )
         if not missing:
             return None
+        missing = sorted(missing)
         try:
             self._call(
                 "add_partitions",
@@ -205,8 +222,14 @@ class TransactionManager:
         return None
 
     def add_offsets(self, group_id: str) -> int:
-        """Add the group's ``__consumer_offsets`` partition; returns its number."""
+        """Add the group's ``__consumer_offsets`` partition (unless it came with the
+        transaction's first partitions); returns its number."""
         self.require_open("send_offsets_to_transaction")
+        with self._lock:
+            partition = self._offsets_partitions.get(group_id)
+            if partition is not None and (OFFSETS_TOPIC, partition) in self.partitions:
+                self._groups.add(group_id)
+                return partition
         try:
             partition = self._call(
                 "add_offsets",
@@ -220,6 +243,8 @@ class TransactionManager:
             raise
         with self._lock:
             self.partitions.add((OFFSETS_TOPIC, partition))
+            self._offsets_partitions[group_id] = partition
+            self._groups.add(group_id)
         return partition
 
     def fail(self, error: BaseException) -> None:

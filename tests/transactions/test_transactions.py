@@ -166,6 +166,45 @@ def test_offsets_commit_atomically_with_the_output(
         assert consumer.committed(tp) == 5
 
 
+def test_the_offsets_partition_of_the_last_transaction_comes_with_the_first_partitions(
+    shared_cluster, make_topic, txn_id, read_all, transactional
+) -> None:
+    """A loop that sends offsets in every transaction gets the group's offsets partition
+    added with its output's partitions; a transaction that then sends none still commits
+    (an empty marker there), leaves the offsets alone, and the next one stops guessing."""
+    from raystream.groups.offsets_topic import OFFSETS_TOPIC
+
+    source, sink = make_topic(), make_topic()
+    tp = TopicPartition(source, 0)
+    group = f"g-{txn_id()}"
+    producer = transactional(shared_cluster)
+    tid = producer.config.transactional_id
+
+    def partitions_after_a_send(value: bytes) -> set[str]:
+        producer.send(sink, value).get()
+        described = shared_cluster.transaction_coordinator_call("describe", tid)
+        return {topic for topic, _ in described["partitions"]}
+
+    producer.begin_transaction()
+    assert partitions_after_a_send(b"out-1") == {sink}
+    producer.send_offsets_to_transaction({tp: 5}, group)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    assert partitions_after_a_send(b"out-2") == {sink, OFFSETS_TOPIC}
+    producer.send_offsets_to_transaction({tp: 7}, group)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    assert partitions_after_a_send(b"out-3") == {sink, OFFSETS_TOPIC}
+    producer.commit_transaction()  # no offsets this time
+    producer.begin_transaction()
+    assert partitions_after_a_send(b"out-4") == {sink}
+    producer.send_offsets_to_transaction({tp: 9}, group)
+    producer.abort_transaction()
+    producer.close()
+    assert shared_cluster.admin().describe_group(group).offsets == {tp: 7}
+    assert read_all(shared_cluster, sink, "read_committed") == [b"out-1", b"out-2", b"out-3"]
+
+
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
     shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
