@@ -142,7 +142,7 @@ class Cluster:
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_reattach, (self.namespace, self._data_dir))
+        return (attach, (self.namespace, self._data_dir))
 
     @property
     def data_dir(self) -> str:
@@ -338,8 +338,11 @@ class Cluster:
         return f"Cluster(namespace={self.namespace!r}, data_dir={self._data_dir!r})"
 
 
-def _reattach(namespace: str, data_dir: str) -> Cluster:
-    ensure_ray("auto")
+def attach(namespace: str, data_dir: str, address: str = "auto") -> Cluster:
+    """The running cluster of ``namespace``, joining the Ray at ``address`` if this
+    process has none (how a pickled Cluster comes back, and how a process outside
+    Ray's workers finds it); it is never started here."""
+    ensure_ray(address)
     controller = named_actor(CONTROLLER_NAME, namespace)
     if controller is None:
         raise BrokerNotAvailableError(

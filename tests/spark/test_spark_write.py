@@ -74,3 +74,18 @@ def test_bad_input_names_the_bad_value(spark: Any, spark_topic: Callable[..., st
     typed = spark_topic(schema=pa.schema([("category", pa.string()), ("revenue", pa.float64())]))
     with pytest.raises(InvalidRecordError, match=r"\['category', 'revenue'\]"):
         rs.spark.write_topic(df, typed)
+
+
+def test_a_custom_partitioner_writes_through_ray_tasks_with_it(
+    spark: Any, spark_cluster: Any, spark_topic: Callable[..., str]
+) -> None:
+    """The Spark tasks produce with Kafka's partitioner only; a custom one makes
+    write_topic take the RayDP route, whose Ray tasks run full Producers."""
+    topic = spark_topic(partitions=3)
+    df = spark.range(30).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    # a lambda: pickled by value, so Ray's workers need not import this test module
+    last = lambda key, all_partitions, available: all_partitions[-1]  # noqa: E731
+    assert rs.spark.write_topic(df, topic, partitioner=last) == 30
+    table = rs.data.read_topic(spark_cluster, topic).to_pandas()
+    assert set(table.partition) == {2}
+    assert sorted(table.value) == sorted(b"%d" % i for i in range(30))
