@@ -194,6 +194,9 @@ class PartitionReplica:
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
         self._follower_task: asyncio.Task | None = None
+        self._appending: asyncio.Task | None = None  # a fetched chunk going into the log
+        self._role_lock = asyncio.Lock()  # one role change at a time
+        self._truncations = 0  # times the log lost a tail (snapshots made before are stale)
         self._isr_change_pending = False
         self._epoch_start_offset = 0
         self._direct = DirectPath(self, DIRECT_METHODS, self.broker.listener_host)
@@ -210,9 +213,16 @@ class PartitionReplica:
     ) -> Result:
         """Lead the partition from ``leader_epoch`` on (ignored if the epoch is stale)."""
         self._start()
-        if leader_epoch < self.leader_epoch:
-            return Result()
-        self._stop_following()
+        async with self._role_lock:
+            if leader_epoch < self.leader_epoch:
+                return Result()
+            await self._stop_following()
+            self._lead(leader_epoch, partition_epoch, replicas, isr)
+        return Result()
+
+    def _lead(
+        self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]
+    ) -> None:
         if self.role != ROLE_LEADER or leader_epoch > self.leader_epoch:
             # A new leader gives every follower a full lag allowance, as Kafka does.
             now = _now_ms()
@@ -229,7 +239,6 @@ class PartitionReplica:
         self.isr = list(isr)
         self._update_high_watermark()
         self._wake()
-        return Result()
 
     async def become_follower(
         self,
@@ -242,9 +251,28 @@ class PartitionReplica:
     ) -> Result:
         """Follow ``leader_id`` from ``leader_epoch`` on (ignored if the epoch is stale)."""
         self._start()
-        if leader_epoch < self.leader_epoch:
-            return Result()
-        changed = leader_epoch > self.leader_epoch or self.role != ROLE_FOLLOWER
+        async with self._role_lock:
+            if leader_epoch < self.leader_epoch:
+                return Result()
+            changed = leader_epoch > self.leader_epoch or self.role != ROLE_FOLLOWER
+            restart = changed or self._follower_task is None or self._follower_task.done()
+            if restart:
+                await self._stop_following()
+            self._follow_leader(
+                leader_epoch, partition_epoch, leader_id, leader_handle, replicas, isr, restart
+            )
+        return Result()
+
+    def _follow_leader(
+        self,
+        leader_epoch: int,
+        partition_epoch: int,
+        leader_id: int,
+        leader_handle: Any,
+        replicas: list[int],
+        isr: list[int],
+        restart: bool,
+    ) -> None:
         self.role = ROLE_FOLLOWER
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
@@ -254,15 +282,24 @@ class PartitionReplica:
         self.followers = {}
         self._leader_handle = leader_handle
         self._wake()
-        if changed or self._follower_task is None or self._follower_task.done():
-            self._stop_following()
+        if restart:
             self._follower_task = asyncio.get_running_loop().create_task(self._follow())
-        return Result()
 
-    def _stop_following(self) -> None:
+    async def _stop_following(self) -> None:
+        """Stop copying from the leader, and wait for a fetched chunk being appended.
+
+        A role change must find the log and the producer state as the follower loop
+        left them. Cancelling the loop does not stop an append already running in its
+        thread: one that landed after the next loop truncated the log left a hole in
+        it (a chunk of the old leader's past the truncation point), and a replica with
+        a hole that became leader lost the acknowledged records in the hole.
+        """
         if self._follower_task is not None:
             self._follower_task.cancel()
             self._follower_task = None
+        if self._appending is not None:
+            await asyncio.wait([self._appending])
+            self._appending = None
 
     async def _recover_role(self) -> None:
         """Ask the controller what this replica is (after a start or a restart)."""
@@ -822,6 +859,8 @@ class PartitionReplica:
                         REPLICA_FETCH_WAIT_MS,
                     )
                 )
+                if self.role != ROLE_FOLLOWER or self.leader_epoch != epoch:
+                    return  # the answer of a leader this replica no longer follows
                 if answer.error_code:
                     error = answer.error()
                     if isinstance(error, OffsetOutOfRangeError):
@@ -830,11 +869,15 @@ class PartitionReplica:
                 value = answer.value
                 if self.log.log_end_offset < value["log_start_offset"]:
                     self.log.truncate_fully_and_start_at(value["log_start_offset"])
+                    self._truncations += 1
                     self.producers.clear(value["log_start_offset"])
                     continue
-                for chunk in value["data"]:
-                    await asyncio.to_thread(self.log.append_raw, chunk)
-                    self.producers.apply_all(stored_headers(chunk))
+                # Shielded: a role change cancels this loop, then waits for the append.
+                self._appending = asyncio.get_running_loop().create_task(
+                    self._append_fetched(value["data"])
+                )
+                await asyncio.shield(self._appending)
+                self._appending = None
                 self._set_high_watermark(value["high_watermark"])
                 backoff = 0.05
             except asyncio.CancelledError:
@@ -845,6 +888,12 @@ class PartitionReplica:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+
+    async def _append_fetched(self, chunks: list[Any]) -> None:
+        """Append a replica fetch's chunks and take their producers' batches in."""
+        for chunk in chunks:
+            await asyncio.to_thread(self.log.append_raw, chunk)
+            self.producers.apply_all(stored_headers(chunk))
 
     async def _truncate_to_leader(self, leader: Any) -> None:
         cache = self.log.leader_epochs
@@ -865,6 +914,7 @@ class PartitionReplica:
                 target,
             )
             self.log.truncate_to(target)
+            self._truncations += 1
             self._rebuild_producer_state()
 
     def _rebuild_producer_state(self) -> None:
@@ -880,7 +930,10 @@ class PartitionReplica:
         """Snapshot the producer state if it moved (the file is written off the loop)."""
         if self.producers.needs_snapshot:
             offset, text = self.producers.snapshot_text()
+            truncations = self._truncations
             await asyncio.to_thread(self.producers.write_snapshot, offset, text)
+            if self._truncations != truncations:  # the log lost a tail meanwhile: the
+                self.producers.forget_snapshot(offset)  # state written may include it
 
     # -------------------------------------------------------------- management
 
@@ -946,7 +999,7 @@ class PartitionReplica:
 
     async def close(self) -> Result:
         """Stop background work, flush and close the log cleanly."""
-        self._stop_all()
+        await self._stop_all()
         self._checkpoint_high_watermark()
         self.log.close()
         self.producers.take_snapshot()
@@ -954,13 +1007,13 @@ class PartitionReplica:
 
     async def delete(self) -> Result:
         """Delete the replica's data (topic deletion)."""
-        self._stop_all()
+        await self._stop_all()
         self.log.delete()
         shutil.rmtree(self.directory, ignore_errors=True)
         return Result()
 
-    def _stop_all(self) -> None:
-        self._stop_following()
+    async def _stop_all(self) -> None:
+        await self._stop_following()
         for task in self._tasks:
             task.cancel()
         self.role = ROLE_PENDING

@@ -474,6 +474,11 @@ class ProducerStateManager:
         for old in self.snapshot_offsets()[:-SNAPSHOTS_TO_KEEP]:
             _remove(os.path.join(self.directory, snapshot_file_name(old)))
 
+    def forget_snapshot(self, offset: int) -> None:
+        """Delete the snapshot at ``offset`` (one written from a state since undone)."""
+        if self.directory is not None:
+            _remove(os.path.join(self.directory, snapshot_file_name(offset)))
+
     def take_snapshot(self) -> None:
         """Write a snapshot of the current state now (a clean shutdown does this)."""
         if self.needs_snapshot:

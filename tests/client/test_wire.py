@@ -178,7 +178,8 @@ def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster)
             break
         except BrokerNotAvailableError:  # the connection to the old process was lost
             continue
-    assert answers and answers[0].error_code in (0, 6)  # answered by the new process
+    # answered by the new process: as the leader again, not the leader, or still starting
+    assert answers and answers[0].error_code in (0, 5, 6)
     assert ray.get(leader.ping.remote()) != pid
     assert ray.get(leader.endpoint.remote()) != endpoint
 
