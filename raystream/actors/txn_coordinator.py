@@ -46,6 +46,7 @@ from typing import Any
 import ray
 
 from raystream.actors.direct import DirectPath
+from raystream.client.sender import encode_records
 from raystream.client.transport import call
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -60,6 +61,7 @@ from raystream.errors import (
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
+from raystream.log.batch import BatchEncoder
 from raystream.protocol import CONTROLLER_NAME, Result, failure
 from raystream.records import build_batch
 from raystream.transactions import metadata as rules
@@ -122,6 +124,7 @@ class TransactionCoordinator:
         self._loading: asyncio.Future | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._encoder = BatchEncoder()
 
     # ------------------------------------------------------------------ startup
 
@@ -421,12 +424,17 @@ class TransactionCoordinator:
             RaystreamError: a non-retriable refusal.
         """
         table = transaction_record(meta)
-        batch = build_batch(
-            self._state_schema,
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            [_now_ms()],
-            None,
+        # Sent as an Arrow IPC stream, as producers send theirs: a pickled one-row
+        # RecordBatch costs ~80 us more to pickle and unpickle, in 11 buffers.
+        batch = encode_records(
+            self._encoder,
+            build_batch(
+                self._state_schema,
+                table.column("key").to_pylist(),
+                table.column("value").to_pylist(),
+                [_now_ms()],
+                None,
+            ),
         )
         tp = TopicPartition(
             TRANSACTION_STATE_TOPIC, partition_for(meta.transactional_id, self._partitions)
