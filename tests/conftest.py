@@ -128,24 +128,6 @@ def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
 _topic_names = itertools.count()
 
 
-def stable_end(cluster: Any, consumer: Any, tps: list[Any], wait_s: float = 2.0) -> Any:
-    """A read_committed consumer's end offsets once no transaction is open on ``tps``
-    (the last stable offsets reached the high watermarks), or None after ``wait_s``.
-
-    A committed transaction's markers land a moment after ``commit_transaction``
-    returns, as in Kafka; until then its records are past the last stable offset.
-    """
-    deadline = time.monotonic() + wait_s
-    with cluster.consumer(enable_auto_commit=False) as uncommitted:
-        while time.monotonic() < deadline:
-            high = uncommitted.end_offsets(tps)
-            stable = consumer.end_offsets(tps)
-            if stable == high:
-                return stable
-            time.sleep(0.02)
-    return None
-
-
 def read_topic(cluster: Any, topic: str, isolation: str, partitions: int = 1) -> list[Any]:
     """Every value of the topic readable at this isolation level, partition by partition."""
     from raystream.types import TopicPartition
@@ -155,8 +137,7 @@ def read_topic(cluster: Any, topic: str, isolation: str, partitions: int = 1) ->
         auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation
     ) as consumer:
         consumer.assign(tps)
-        end = stable_end(cluster, consumer, tps) if isolation == "read_committed" else None
-        end = end or consumer.end_offsets(tps)
+        end = consumer.end_offsets(tps)
         values: list[Any] = []
         deadline = time.monotonic() + 60
         while any(consumer.position(tp) < end[tp] for tp in tps):

@@ -570,10 +570,8 @@ class Producer:
     def commit_transaction(self) -> None:
         """Send everything buffered, then commit the transaction everywhere at once.
 
-        Returns once the commit is decided for good (persisted by the transaction
-        coordinator), as Kafka's does. The coordinator then writes the commit markers,
-        within milliseconds: a read_committed consumer sees the records once they are
-        in, and the producer's next transaction waits for them at its first call.
+        Returns once the commit markers are written: read_committed consumers see the
+        transaction's records from then on.
 
         Raises:
             InvalidTxnStateError: no open transaction (or it must be aborted).
