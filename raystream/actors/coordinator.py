@@ -10,11 +10,12 @@ topic, so committed offsets and stable memberships survive it.
 Transactional producers write offsets into ``__consumer_offsets`` themselves, as
 records of their transaction (exactly-once consume-transform-produce). The coordinator
 reads its partitions read_committed (the load replays up to the last stable offset,
-and the memberships past it, which are never transactional), and reads on from where
-it stopped when the transaction coordinator says a transaction committed offsets
-(``refresh_offsets``) and before it answers an offset fetch that asks for stable
-offsets; such a fetch is answered UnstableOffsetCommitError (retried by
-the client) while a transaction is open on the group's partition, so a new owner of a
+and the memberships past it, which are never transactional), and reads the group's
+partition on from where it stopped before it answers for a group's offsets (an offset
+fetch, a describe), rather than being told after every transaction: a transaction
+costs the coordinator nothing, and a fetch one read of what was appended since. A fetch
+that asks for stable offsets is answered UnstableOffsetCommitError (retried by the
+client) while a transaction is open on the group's partition, so a new owner of a
 partition never starts from an offset a committing transaction is about to replace.
 Before a producer adds a consumer's offsets to its transaction it asks
 ``check_txn_offsets`` whether that consumer is still a member of the current
@@ -67,7 +68,7 @@ from raystream.wire import Endpoint
 logger = logging.getLogger(__name__)
 
 COORDINATOR_NAME = "raystream-group-coordinator"
-DIRECT_METHODS = ("commit_offsets", "fetch_offsets", "check_txn_offsets", "refresh_offsets")
+DIRECT_METHODS = ("commit_offsets", "fetch_offsets", "check_txn_offsets")
 """The calls served on the direct path: those a commit or a transaction makes."""
 TICK_S = 0.1
 CRASH_CHECK_AFTER_S = 0.5
@@ -194,16 +195,6 @@ class GroupCoordinator:
                 position = answer.next_offset
         except Exception as error:  # best effort: members of a forgotten rebalance rejoin
             logger.warning("memberships past the last stable offset not loaded: %s", error)
-
-    async def refresh_offsets(self) -> Result:
-        """Take in the offsets transactions committed since the last read."""
-        try:
-            await self._ready()
-            for partition in range(self._partitions):
-                await self._read_committed(partition)
-            return Result()
-        except Exception as error:
-            return failure(error)
 
     async def check_txn_offsets(self, group_id: str, member_id: str, generation: int) -> Result:
         """Whether a member may add offsets of ``group_id`` to a transaction (KIP-447).
@@ -332,15 +323,15 @@ class GroupCoordinator:
     ) -> Result:
         """The group's committed offsets (of ``partitions``, default all), by TopicPartition.
 
-        With ``require_stable`` the group's partition is read up to date first, and the
-        answer is UnstableOffsetCommitError (retriable) while a transaction is open on it.
+        The group's partition is read up to its last stable offset first (offsets that
+        transactions committed). With ``require_stable`` the answer is
+        UnstableOffsetCommitError (retriable) while a transaction is open on it.
         """
         try:
             await self._ready()
             _check_group_id(group_id)
-            if require_stable and not await self._read_committed(
-                partition_for(group_id, self._partitions)
-            ):
+            stable = await self._read_committed(partition_for(group_id, self._partitions))
+            if require_stable and not stable:
                 raise UnstableOffsetCommitError(
                     f"group {group_id!r}: a transaction may still commit its offsets"
                 )
@@ -382,7 +373,9 @@ class GroupCoordinator:
         """State, generation, protocol, members and their partitions, committed offsets."""
         try:
             await self._ready()
-            group = self._group(group_id)
+            _check_group_id(group_id)
+            await self._read_committed(partition_for(group_id, self._partitions))
+            group = self._group(group_id)  # known by its offsets alone, if need be
             description = group.describe()
             description["offsets"] = {
                 tp: o.offset for tp, o in self._store.offsets.get(group_id, {}).items()

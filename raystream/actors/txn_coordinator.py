@@ -26,8 +26,9 @@ State writes go straight to the leader of the id's ``__transaction_state`` parti
 (acks=all, retried through leader changes), without a Producer: one actor call each,
 and a repeated write of the same state is harmless, so idempotence is not needed.
 
-After markers on a ``__consumer_offsets`` partition, the group coordinator is told to
-read the newly committed offsets (``refresh_offsets``). A background tick aborts the
+The group coordinator reads the offsets that transactions committed when it is asked
+for a group's offsets (see :mod:`raystream.actors.coordinator`): no call per
+transaction. A background tick aborts the
 transactions open longer than their producer's ``transaction_timeout_ms``, bumping the
 epoch so the vanished producer is fenced if it comes back.
 
@@ -38,7 +39,6 @@ kills the actor.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Any
@@ -302,8 +302,6 @@ class TransactionCoordinator:
         )
         done = rules.complete(prepared, _now_ms())
         self._store.transactions[done.transactional_id] = done  # persisted lazily
-        if commit and any(topic == OFFSETS_TOPIC for topic, _ in prepared.partitions):
-            self._spawn(self._refresh_group_offsets())
         return done
 
     async def _resume(self, transactional_id: str) -> None:
@@ -358,13 +356,6 @@ class TransactionCoordinator:
             return False
         except Exception:  # the controller restarts: assume it does, and retry
             return True
-
-    async def _refresh_group_offsets(self) -> None:
-        """Tell the group coordinator that transactions committed offsets (best effort:
-        it also reads them before it answers an offset fetch)."""
-        with contextlib.suppress(Exception):
-            coordinator = await asyncio.to_thread(self._cluster.coordinator)
-            await asyncio.wrap_future(call(coordinator, "refresh_offsets"))
 
     # --------------------------------------------------------------------- tick
 
