@@ -76,15 +76,20 @@ def produce_batches(
     return statistics.median(rates)
 
 
-def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
-    """Records/s iterating the consumer (``for record in consumer``), each record's value
-    taken, over data already in the log; the clock includes the first fetch."""
-    consumer = cluster.consumer(
+def log_reader(cluster: rs.Cluster, topic: str, max_poll_records: int) -> rs.Consumer:
+    """A consumer reading ``topic`` from the start, up to 16 MB per partition fetch."""
+    return cluster.consumer(
         topic,
         auto_offset_reset="earliest",
         max_partition_fetch_bytes=16 << 20,
-        max_poll_records=100_000,
+        max_poll_records=max_poll_records,
     )
+
+
+def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
+    """Records/s iterating the consumer (``for record in consumer``), each record's value
+    taken, over data already in the log; the clock includes the first fetch."""
+    consumer = log_reader(cluster, topic, 100_000)
     start = time.perf_counter()
     seen = 0
     for record in consumer:
@@ -100,12 +105,7 @@ def consume_records(cluster: rs.Cluster, topic: str, records: int) -> float:
 def consume_lists(cluster: rs.Cluster, topic: str, records: int) -> float:
     """Records/s of ``poll()``'s per-partition lists of ConsumerRecords (100,000 at a
     time) over data already in the log; the clock includes the first fetch."""
-    consumer = cluster.consumer(
-        topic,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=16 << 20,
-        max_poll_records=100_000,
-    )
+    consumer = log_reader(cluster, topic, 100_000)
     start = time.perf_counter()
     seen = 0
     while seen < records:
@@ -118,12 +118,7 @@ def consume_lists(cluster: rs.Cluster, topic: str, records: int) -> float:
 
 def consume_arrow(cluster: rs.Cluster, topic: str, records: int) -> float:
     """Records/s of poll_arrow over data already in the log."""
-    consumer = cluster.consumer(
-        topic,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=16 << 20,
-        max_poll_records=1_000_000,
-    )
+    consumer = log_reader(cluster, topic, 1_000_000)
     start = time.perf_counter()
     seen = 0
     while seen < records:

@@ -217,28 +217,25 @@ class PartitionReplica:
             if leader_epoch < self.leader_epoch:
                 return Result()
             await self._stop_following()
-            self._lead(leader_epoch, partition_epoch, replicas, isr)
+            if self.role != ROLE_LEADER or leader_epoch > self.leader_epoch:
+                # A new leader gives every follower a full lag allowance, as Kafka does.
+                now = _now_ms()
+                self.followers = {
+                    r: FollowerState(last_caught_up_ms=now)
+                    for r in replicas
+                    if r != self.replica_id
+                }
+                self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
+            self.role = ROLE_LEADER
+            self.leader_id = self.replica_id
+            self._epoch_start_offset = self.log.log_end_offset
+            self.leader_epoch = leader_epoch
+            self.partition_epoch = partition_epoch
+            self.replicas = list(replicas)
+            self.isr = list(isr)
+            self._update_high_watermark()
+            self._wake()
         return Result()
-
-    def _lead(
-        self, leader_epoch: int, partition_epoch: int, replicas: list[int], isr: list[int]
-    ) -> None:
-        if self.role != ROLE_LEADER or leader_epoch > self.leader_epoch:
-            # A new leader gives every follower a full lag allowance, as Kafka does.
-            now = _now_ms()
-            self.followers = {
-                r: FollowerState(last_caught_up_ms=now) for r in replicas if r != self.replica_id
-            }
-            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
-        self.role = ROLE_LEADER
-        self.leader_id = self.replica_id
-        self._epoch_start_offset = self.log.log_end_offset
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        self._update_high_watermark()
-        self._wake()
 
     async def become_follower(
         self,
@@ -258,32 +255,18 @@ class PartitionReplica:
             restart = changed or self._follower_task is None or self._follower_task.done()
             if restart:
                 await self._stop_following()
-            self._follow_leader(
-                leader_epoch, partition_epoch, leader_id, leader_handle, replicas, isr, restart
-            )
+            self.role = ROLE_FOLLOWER
+            self.leader_id = leader_id
+            self.leader_epoch = leader_epoch
+            self.partition_epoch = partition_epoch
+            self.replicas = list(replicas)
+            self.isr = list(isr)
+            self.followers = {}
+            self._leader_handle = leader_handle
+            self._wake()
+            if restart:
+                self._follower_task = asyncio.get_running_loop().create_task(self._follow())
         return Result()
-
-    def _follow_leader(
-        self,
-        leader_epoch: int,
-        partition_epoch: int,
-        leader_id: int,
-        leader_handle: Any,
-        replicas: list[int],
-        isr: list[int],
-        restart: bool,
-    ) -> None:
-        self.role = ROLE_FOLLOWER
-        self.leader_id = leader_id
-        self.leader_epoch = leader_epoch
-        self.partition_epoch = partition_epoch
-        self.replicas = list(replicas)
-        self.isr = list(isr)
-        self.followers = {}
-        self._leader_handle = leader_handle
-        self._wake()
-        if restart:
-            self._follower_task = asyncio.get_running_loop().create_task(self._follow())
 
     async def _stop_following(self) -> None:
         """Stop copying from the leader, and wait for a fetched chunk being appended.

@@ -37,6 +37,7 @@ import pyarrow as pa
 from raystream.client.accumulator import rows_per_request
 from raystream.client.partitioner import partitions_for_keys
 from raystream.client.sender import encode_records
+from raystream.client.transport import outcome
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import NO_PRODUCER_ID
@@ -195,11 +196,9 @@ def _first_error(futures: list[Future], timeout_s: float) -> BaseException | Non
     """The first failure among a batch's calls (a refusal, a lost or timed-out call)."""
     for future in futures:
         try:
-            answer = future.result(timeout_s)
+            answer = outcome(future, timeout_s, "produce")
         except RaystreamError as error:
             return error
-        except TimeoutError:
-            return BrokerNotAvailableError(f"no answer to a produce call in {timeout_s:.0f} s")
         error = answer.error()
         if error is not None:
             return error
