@@ -10,17 +10,21 @@ by replaying that topic, then finishes the transactions it finds half-ended.
 Ending a transaction (Kafka's two phases): the outcome (PrepareCommit/PrepareAbort) is
 persisted first, so it is decided for good; then a marker goes to every partition of
 the transaction (retried through leader changes until its ISR has it); then the id is
-Complete*. A coordinator killed anywhere in between finds Prepare* on restart and
-writes the markers again, so a transaction ends atomically, everywhere the same way.
+Complete*, or Ongoing again when the end carried partitions into the next transaction
+(the producer's loop writes the same ones each time: they need no add then). A
+coordinator killed anywhere in between finds Prepare* on restart and writes the
+markers again, so a transaction ends atomically, everywhere the same way.
 ``end_txn`` answers once the markers are written, so a read_committed consumer sees a
 committed transaction as soon as ``commit_transaction`` returns.
 
-Why Complete* is not written at once (Kafka writes it): it costs a replicated write
-per transaction and protects nothing. The next change of the id (its next
-transaction's first partition, an init) is persisted anyway and supersedes it; until
-then a restarted coordinator finds Prepare* and writes the same markers once more,
-which a partition takes as a no-op (the producer has no open transaction there), and
-no new transaction can have started meanwhile, since starting one is persisted first.
+Why Complete* (or the carried next transaction) is not written at once (Kafka writes
+it): it costs a replicated write per transaction and protects nothing. The next change
+of the id (a new partition, the next end, an init) is persisted anyway and supersedes
+it; until then a restarted coordinator finds Prepare* and writes the same markers once
+more, which a partition takes as a no-op: the producer has no open transaction there,
+or it already wrote the carried next transaction there, under the next epoch, which
+refuses the older epoch's marker. A transaction that was not carried cannot have
+started meanwhile, since starting one is persisted first.
 
 State writes go straight to the leader of the id's ``__transaction_state`` partition
 (acks=all, retried through leader changes), without a Producer: one actor call each,
@@ -251,20 +255,41 @@ class TransactionCoordinator:
         return answer if answer.error_code else Result(value=partition)
 
     async def end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        number: int = -1,
+        carry: list[tuple[str, int]] | tuple = (),
     ) -> Result:
-        """Commit or abort the producer's transaction; answers once the markers are written."""
+        """Commit or abort the producer's transaction; answers once the markers are
+        written, with the (producer id, epoch) the producer's next transaction uses.
+
+        ``number`` is the producer's number for this end, so that a retry is answered
+        as the first attempt was; ``carry`` lists the partitions the next transaction
+        starts with: it is Ongoing with them, under the next epoch, when this answers
+        (see :func:`raystream.transactions.metadata.complete`).
+        """
         try:
             await self._ready()
             _check_id(transactional_id)
             if not isinstance(commit, bool):
                 raise InvalidRequestError(f"end_txn commit={commit!r} must be True or False")
+            if not isinstance(number, int) or isinstance(number, bool):
+                raise InvalidRequestError(f"end_txn number={number!r} must be an integer")
+            carried = _partitions(carry) if carry else []
             async with self._lock(transactional_id):
                 meta = self._meta(transactional_id)
-                prepared = rules.prepare_end(meta, producer_id, producer_epoch, commit, _now_ms())
+                new_id = None
+                if carried and rules.needs_new_producer_id(meta):
+                    new_id, _ = await asyncio.to_thread(self._new_producer_id)
+                prepared = rules.prepare_end(
+                    meta, producer_id, producer_epoch, commit, _now_ms(), number, carried, new_id
+                )
                 if prepared.state.preparing:
-                    await self._end(prepared)
-                return Result()
+                    prepared = await self._end(prepared)
+                return Result(value=(prepared.producer_id, prepared.producer_epoch))
         except Exception as error:
             return failure(error)
 

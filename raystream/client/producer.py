@@ -469,6 +469,8 @@ class Producer:
         if self._sender.is_alive():
             self._sender.abort(IllegalStateError("the producer was closed"))
             self._sender.join(5)
+        if self._txn is not None:
+            self._txn.close()
 
     def _not_from_a_callback(self, what: str) -> None:
         if threading.current_thread() is self._sender:
@@ -582,7 +584,8 @@ class Producer:
         txn = self._require_txn("commit_transaction")
         txn.begin_end(commit=True)
         self.flush()
-        txn.end(commit=True)
+        if txn.end(commit=True):
+            self._sender.set_producer(txn.producer_id, txn.producer_epoch)
 
     def abort_transaction(self) -> None:
         """Abort the transaction: its records stay invisible to read_committed consumers.

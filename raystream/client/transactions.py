@@ -18,29 +18,43 @@ batch makes the transaction abortable only: its sequence numbers leave a gap, so
 after the abort the producer takes a new epoch (``init_producer_id`` again), which
 restarts every partition's sequence at 0.
 
-Consume-transform-produce loops send their offsets for the same group in every
-transaction. So the group's ``__consumer_offsets`` partition, once learned from the
-coordinator, is added with the first partitions of the next transaction, in the same
-call, and ``send_offsets_to_transaction`` then needs no coordinator call of its own:
-one replicated state write per transaction fewer. A transaction that then sends no
-offsets for that group costs a marker on that partition at its end, and the next one
-goes back to asking.
+Consume-transform-produce loops write the same partitions (output, and the group's
+``__consumer_offsets`` partition) in every transaction. So an end carries the
+partitions its transaction wrote into the next one: the coordinator answers with the
+next transaction already open on them, under the next epoch, and a loop adds no
+partition and makes no ``send_offsets_to_transaction`` call of its own: one
+replicated state write and one coordinator call per transaction fewer (Kafka's
+transactions v2, KIP-890, get rid of the add in the same spirit). The carried
+transaction is there for the taking for :data:`CARRY_TTL_MS` (a tenth of the
+transaction timeout if that is less), so a transaction that takes it keeps nearly all
+of its timeout; past that a background thread ends it as an abort (it has no records),
+so an idle producer is never fenced by the coordinator's timeout, and ``begin`` starts
+afresh.
 
 Thread-safety: the application's thread drives the states, the sender thread adds
-partitions; a lock guards what both touch.
+partitions, the release thread ends carried transactions nobody took; a lock guards
+what the first two touch, a condition what the last one does.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from raystream.errors import InvalidTxnStateError, ProducerFencedError, RaystreamError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 
+logger = logging.getLogger(__name__)
+
 Partition = tuple[str, int]
+CARRY_TTL_MS = 1_000
+"""How long a carried transaction waits to be taken by the next ``begin`` (at most a
+tenth of the transaction timeout): a loop takes it within milliseconds."""
+RELEASE_RETRY_S = 1.0
 
 
 class TxnClientState(str, enum.Enum):
@@ -79,9 +93,15 @@ class TransactionManager:
         self._results: set[Any] = set()
         self._error: BaseException | None = None
         self._offsets_partitions: dict[str, int] = {}  # group -> its offsets partition
-        self._groups: set[str] = set()  # groups whose offsets this transaction sent
-        self._expected: set[str] = set()  # the previous transaction's groups
+        self._written: set[Partition] = set()  # what this transaction sent to
+        self._number = 0  # this producer's number for its next end
         self._lock = threading.Lock()
+        self._carry = threading.Condition()
+        self._carried: frozenset[Partition] = frozenset()  # the open next transaction's
+        self._carried_at = 0.0
+        self._carry_ttl_s = min(CARRY_TTL_MS, timeout_ms / 10) / 1000
+        self._releaser: threading.Thread | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ states
 
@@ -120,13 +140,22 @@ class TransactionManager:
         self.producer_id, self.producer_epoch = self._call(
             "init_producer_id", self.transactional_id, self.timeout_ms
         )
+        self._number = 0
 
     def begin(self) -> None:
-        """Open a transaction (locally: the coordinator learns of it with its first
-        partition)."""
+        """Open a transaction: the one the last end carried if it is fresh (its
+        partitions are in it already), else locally (the coordinator learns of it
+        with its first partition)."""
         self._require("begin_transaction", TxnClientState.READY)
+        with self._carry:
+            carried = self._carried
+            if carried and time.monotonic() - self._carried_at > self._carry_ttl_s:
+                self._release()
+                carried = frozenset()
+            self._carried = frozenset()
         with self._lock:
-            self.partitions = set()
+            self.partitions = set(carried)
+            self._written = set()
             self._results = set()
             self._error = None
         self.state = TxnClientState.IN_TRANSACTION
@@ -143,8 +172,10 @@ class TransactionManager:
             self.state = TxnClientState.ABORTING
 
     def end(self, commit: bool) -> bool:
-        """Ask the coordinator to commit or abort (after the flush); returns whether the
-        producer must take the new epoch it now has (after a failed send)."""
+        """Ask the coordinator to commit or abort (after the flush), carrying the
+        partitions written into the next transaction; returns whether the producer
+        must take the id and epoch it now has (the next epoch, or a new one after a
+        failed send)."""
         failed = self._first_failure()
         if commit and failed is not None:
             self._fail(failed)
@@ -152,23 +183,34 @@ class TransactionManager:
         with self._lock:
             partitions = set(self.partitions)
             bump = failed is not None or self._error is not None
+            carry = [] if bump else sorted(self._written)
+        identity = (self.producer_id, self.producer_epoch)
         if partitions:
             try:
-                self._call(
-                    "end_txn", self.transactional_id, self.producer_id, self.producer_epoch, commit
+                self.producer_id, self.producer_epoch = self._call(
+                    "end_txn",
+                    self.transactional_id,
+                    self.producer_id,
+                    self.producer_epoch,
+                    commit,
+                    self._number,
+                    carry,
                 )
             except RaystreamError as error:
                 self._fail(error)
                 raise
+            self._number += 1
         if bump:
             self._take_identity()
         with self._lock:
             self.partitions = set()
+            self._written = set()
             self._results = set()
             self._error = None
-            self._expected, self._groups = self._groups, set()
+        if partitions and carry:
+            self._hold(frozenset(carry))
         self.state = TxnClientState.READY
-        return bump
+        return (self.producer_id, self.producer_epoch) != identity
 
     def _first_failure(self) -> BaseException | None:
         """The first error of a send of this transaction, if any failed."""
@@ -198,11 +240,8 @@ class TransactionManager:
         """Add the partitions not in the transaction yet (sender thread); the error
         that failed it, or None."""
         with self._lock:
-            missing = set(partitions) - self.partitions
-            if missing and not self.partitions:  # the transaction's first partitions
-                missing.update(
-                    (OFFSETS_TOPIC, self._offsets_partitions[group]) for group in self._expected
-                )
+            self._written.update(partitions)
+            missing = self._written - self.partitions
         if not missing:
             return None
         missing = sorted(missing)
@@ -222,13 +261,12 @@ class TransactionManager:
         return None
 
     def add_offsets(self, group_id: str) -> int:
-        """Add the group's ``__consumer_offsets`` partition (unless it came with the
-        transaction's first partitions); returns its number."""
+        """Add the group's ``__consumer_offsets`` partition (unless the transaction
+        has it, carried from the last one); returns its number."""
         self.require_open("send_offsets_to_transaction")
         with self._lock:
             partition = self._offsets_partitions.get(group_id)
             if partition is not None and (OFFSETS_TOPIC, partition) in self.partitions:
-                self._groups.add(group_id)
                 return partition
         try:
             partition = self._call(
@@ -244,8 +282,80 @@ class TransactionManager:
         with self._lock:
             self.partitions.add((OFFSETS_TOPIC, partition))
             self._offsets_partitions[group_id] = partition
-            self._groups.add(group_id)
         return partition
+
+    # ----------------------------------------------------------- carried transactions
+
+    def _hold(self, carried: frozenset[Partition]) -> None:
+        """Keep the transaction the last end opened for the next ``begin``, and have the
+        release thread end it if nobody takes it in time."""
+        with self._carry:
+            self._carried, self._carried_at = carried, time.monotonic()
+            if self._releaser is None:
+                self._releaser = threading.Thread(
+                    target=self._release_untaken,
+                    name=f"raystream-txn-release-{self.transactional_id}",
+                    daemon=True,
+                )
+                self._releaser.start()
+            self._carry.notify()
+
+    def _release(self) -> None:
+        """End the carried transaction as an abort (it wrote nothing); the caller holds
+        the carry condition. A fencing is fatal; other errors leave it carried."""
+        try:
+            self._call(
+                "end_txn",
+                self.transactional_id,
+                self.producer_id,
+                self.producer_epoch,
+                False,
+                self._number,
+                [],
+            )
+        except ProducerFencedError as error:
+            self._carried = frozenset()
+            self._fail(error)
+            raise
+        self._number += 1
+        self._carried = frozenset()
+
+    def _release_untaken(self) -> None:
+        """Release thread: end each carried transaction that outlives its wait."""
+        with self._carry:
+            while not self._closed:
+                if not self._carried:
+                    self._carry.wait()
+                    continue
+                left = self._carried_at + self._carry_ttl_s - time.monotonic()
+                if left > 0:
+                    self._carry.wait(left)
+                    continue
+                try:
+                    self._release()
+                except RaystreamError as error:
+                    logger.warning(
+                        "could not end the carried transaction of %r: %s",
+                        self.transactional_id,
+                        error,
+                    )
+                    self._carry.wait(RELEASE_RETRY_S)
+
+    def close(self) -> None:
+        """Stop the release thread, ending a carried transaction first (best effort:
+        the coordinator's timeout ends it otherwise)."""
+        with self._carry:
+            self._closed = True
+            self._carry.notify()
+            if self._carried and self.state is TxnClientState.READY:
+                try:
+                    self._release()
+                except RaystreamError as error:
+                    logger.warning(
+                        "closing: could not end the carried transaction of %r: %s",
+                        self.transactional_id,
+                        error,
+                    )
 
     def fail(self, error: BaseException) -> None:
         """A step of the transaction failed outside the coordinator calls."""

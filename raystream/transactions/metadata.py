@@ -6,11 +6,21 @@ next one (or raises the error the producer gets), and the coordinator persists t
 result in ``__transaction_state`` before acting on it. States::
 
     Empty ──add_partitions──▶ Ongoing ──end(commit)──▶ PrepareCommit ──markers──▶ CompleteCommit
-      ▲                          │    ──end(abort)───▶ PrepareAbort  ──markers──▶ CompleteAbort
+      ▲                        ▲ │    ──end(abort)───▶ PrepareAbort  ──markers──▶ CompleteAbort
+      │                        └─┼── markers, when the end carried partitions (epoch + 1) ◀┘
       └── init (epoch + 1) ◀─────┴─ (init or timeout: abort first, with the epoch bumped)
 
 Complete* and Empty accept a new transaction (add_partitions) or a new producer
-(init). Prepare* only finish: a producer asking anything meanwhile is told to retry
+(init). An end may carry partitions into the next transaction: once its markers are
+written the id goes straight to Ongoing with them, so a loop that writes the same
+partitions in every transaction adds none of them again. That next transaction takes
+the next epoch (a new producer id when the epochs run out), as Kafka's transactions
+v2 do (KIP-890): a marker of the ended one that a restarted coordinator writes again
+is then refused by a partition the next one already wrote to, instead of ending it
+there. The producer numbers its ends, so a retry is answered as the first attempt
+was, even from the epoch before.
+
+Prepare* only finish: a producer asking anything meanwhile is told to retry
 (ConcurrentTransactionsError). The epoch is bumped by every init (which fences the
 previous producer with the same transactional id: its calls carry the old epoch and
 get ProducerFencedError) and by a timeout abort (so the vanished producer, if it comes
@@ -23,9 +33,13 @@ Example:
     >>> meta = add_partitions(meta, 7, 0, [("out", 0)], now_ms=5)
     >>> meta.state, sorted(meta.partitions)
     (<TxnState.ONGOING: 'Ongoing'>, [('out', 0)])
-    >>> meta = prepare_end(meta, 7, 0, commit=True, now_ms=9)
-    >>> complete(meta, now_ms=12).state
+    >>> meta = complete(prepare_end(meta, 7, 0, commit=True, now_ms=9), now_ms=12)
+    >>> meta.state
     <TxnState.COMPLETE_COMMIT: 'CompleteCommit'>
+    >>> meta = add_partitions(meta, 7, 0, [("out", 0)], now_ms=20)
+    >>> meta = complete(prepare_end(meta, 7, 0, True, 25, number=1, carry=[("out", 0)]), 30)
+    >>> meta.state, sorted(meta.partitions), meta.producer_epoch
+    (<TxnState.ONGOING: 'Ongoing'>, [('out', 0)], 1)
 """
 
 from __future__ import annotations
@@ -76,6 +90,11 @@ class TransactionMetadata:
         partitions: (topic, partition) of every partition written in the transaction.
         txn_start_ms: when the transaction began (its first partition), -1 if none.
         last_update_ms: when the metadata last changed.
+        next_partitions: (Prepare* only) the partitions the next transaction starts
+            with once this one completes, and ``next_producer`` its (producer id,
+            epoch).
+        ended: (number, producer id, epoch, commit) of the producer's last decided
+            end since its init, to answer a retry of it.
     """
 
     transactional_id: str
@@ -86,6 +105,9 @@ class TransactionMetadata:
     partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
     txn_start_ms: int = -1
     last_update_ms: int = -1
+    next_partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    next_producer: tuple[int, int] | None = None
+    ended: tuple[int, int, int, bool] | None = None
 
     def to_dict(self) -> dict:
         """The JSON-able form stored in ``__transaction_state``."""
@@ -97,11 +119,16 @@ class TransactionMetadata:
             "partitions": sorted([t, p] for t, p in self.partitions),
             "txn_start_ms": self.txn_start_ms,
             "last_update_ms": self.last_update_ms,
+            "next_partitions": sorted([t, p] for t, p in self.next_partitions),
+            "next_producer": self.next_producer,
+            "ended": self.ended,
         }
 
     @classmethod
     def from_dict(cls, transactional_id: str, data: dict) -> TransactionMetadata:
-        """The inverse of :meth:`to_dict`."""
+        """The inverse of :meth:`to_dict` (records written before the carried
+        partitions and the ended number existed read as having none)."""
+        next_producer, ended = data.get("next_producer"), data.get("ended")
         return cls(
             transactional_id,
             data["producer_id"],
@@ -111,6 +138,9 @@ class TransactionMetadata:
             frozenset((t, p) for t, p in data["partitions"]),
             data["txn_start_ms"],
             data["last_update_ms"],
+            frozenset((t, p) for t, p in data.get("next_partitions", ())),
+            None if next_producer is None else tuple(next_producer),
+            None if ended is None else tuple(ended),
         )
 
 
@@ -158,6 +188,9 @@ def bump_epoch(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
         meta,
         producer_epoch=min(meta.producer_epoch + 1, MAX_PRODUCER_EPOCH),
         state=TxnState.PREPARE_ABORT,
+        next_partitions=frozenset(),
+        next_producer=None,
+        ended=None,
         last_update_ms=now_ms,
     )
 
@@ -185,7 +218,7 @@ def init_producer(
         raise InvalidTxnStateError(
             f"transactional id {meta.transactional_id!r} has an open transaction to abort first"
         )
-    if meta.producer_epoch + 1 > MAX_PRODUCER_EPOCH:
+    if needs_new_producer_id(meta):
         if new_producer_id is None:
             raise InvalidTxnStateError(
                 f"transactional id {meta.transactional_id!r} needs a new producer id"
@@ -202,6 +235,7 @@ def init_producer(
         partitions=frozenset(),
         txn_start_ms=-1,
         last_update_ms=now_ms,
+        ended=None,
     )
 
 
@@ -257,17 +291,38 @@ def add_partitions(
 
 
 def prepare_end(
-    meta: TransactionMetadata, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+    meta: TransactionMetadata,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    now_ms: int,
+    number: int = -1,
+    carry: Iterable[tuple[str, int]] = (),
+    new_producer_id: int | None = None,
 ) -> TransactionMetadata:
     """Decide the transaction's outcome: Ongoing -> PrepareCommit or PrepareAbort.
 
-    A retry of an end already decided the same way returns ``meta`` unchanged (the
-    caller waits for, or finds, its completion).
+    ``number`` is the producer's number for this end (-1: none). ``carry`` lists the
+    partitions the next transaction starts with (see :func:`complete`); it takes the
+    next epoch, or ``new_producer_id`` at epoch 0 when the epochs are used up
+    (:func:`needs_new_producer_id`). A retry of an end already decided the same way
+    (the same number from the same producer, or the same state) returns ``meta``
+    unchanged: the caller waits for, or finds, its completion.
 
     Raises:
         ProducerFencedError: not the current producer.
-        InvalidTxnStateError: no open transaction, or it was decided the other way.
+        InvalidTxnStateError: no open transaction, it was decided the other way, or
+            carrying needs a new producer id and none was given.
     """
+    verb = "commit" if commit else "abort"
+    retry = (number, producer_id, producer_epoch)
+    if number >= 0 and meta.ended is not None and meta.ended[:3] == retry:
+        if commit != meta.ended[3]:
+            raise InvalidTxnStateError(
+                f"transactional id {meta.transactional_id!r}: cannot {verb} transaction "
+                f"{number}, it was {'committed' if meta.ended[3] else 'aborted'}"
+            )
+        return meta
     check_producer(meta, producer_id, producer_epoch)
     wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
@@ -275,16 +330,53 @@ def prepare_end(
         return meta
     if meta.state is not TxnState.ONGOING:
         raise InvalidTxnStateError(
-            f"transactional id {meta.transactional_id!r}: cannot "
-            f"{'commit' if commit else 'abort'} in state {meta.state.value}"
+            f"transactional id {meta.transactional_id!r}: cannot {verb} in state {meta.state.value}"
         )
-    return dataclasses.replace(meta, state=wanted, last_update_ms=now_ms)
+    carried = frozenset(carry)
+    next_producer = None
+    if carried:
+        if not needs_new_producer_id(meta):
+            next_producer = (meta.producer_id, meta.producer_epoch + 1)
+        elif new_producer_id is not None:
+            next_producer = (new_producer_id, 0)
+        else:
+            raise InvalidTxnStateError(
+                f"transactional id {meta.transactional_id!r} needs a new producer id"
+            )
+    return dataclasses.replace(
+        meta,
+        state=wanted,
+        next_partitions=carried,
+        next_producer=next_producer,
+        ended=(number, producer_id, producer_epoch, commit) if number >= 0 else None,
+        last_update_ms=now_ms,
+    )
+
+
+def needs_new_producer_id(meta: TransactionMetadata) -> bool:
+    """Whether the id's next epoch would pass the last one (a new producer id then)."""
+    return meta.producer_epoch + 1 > MAX_PRODUCER_EPOCH
 
 
 def complete(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
-    """Markers are written everywhere: Prepare* -> Complete*, no partitions left."""
+    """Markers are written everywhere: Prepare* -> Complete*, no partitions left; or,
+    when the end carried partitions, straight to the next transaction: Ongoing with
+    them from ``now_ms``, under the next producer epoch."""
     if not meta.state.preparing:
         return meta
+    if meta.next_producer is not None:
+        producer_id, producer_epoch = meta.next_producer
+        return dataclasses.replace(
+            meta,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            state=TxnState.ONGOING,
+            partitions=meta.next_partitions,
+            next_partitions=frozenset(),
+            next_producer=None,
+            txn_start_ms=now_ms,
+            last_update_ms=now_ms,
+        )
     state = (
         TxnState.COMPLETE_COMMIT
         if meta.state is TxnState.PREPARE_COMMIT
@@ -311,6 +403,7 @@ __all__ = [
     "complete",
     "init_producer",
     "needs_abort_before_init",
+    "needs_new_producer_id",
     "new_transaction",
     "prepare_end",
     "timed_out",

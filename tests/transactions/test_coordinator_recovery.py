@@ -63,6 +63,32 @@ def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart
     producer.close()
 
 
+def test_markers_written_again_after_a_restart_leave_the_carried_transaction_alone(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """A restarted coordinator finds the last end in Prepare* and writes its markers
+    again. The carried next transaction already wrote there under the next epoch, so
+    the partition refuses them: its records stay pending until it ends, as it ends."""
+    topic = make_topic()
+    producer = transactional(shared_cluster)
+    tid = producer.config.transactional_id
+    producer.begin_transaction()
+    producer.send(topic, b"one").get()
+    producer.commit_transaction()
+    producer.begin_transaction()
+    producer.send(topic, b"two").get()  # the carried transaction: no coordinator call
+    ray.kill(shared_cluster.transaction_coordinator(), no_restart=True)
+    deadline = time.monotonic() + 60
+    while describe(shared_cluster, tid)["state"] != "Ongoing":  # resumed and completed
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
+    producer.abort_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
+    assert read_all(shared_cluster, topic, "read_uncommitted") == [b"one", b"two"]
+
+
 def test_transactions_survive_coordinator_crashes_at_random_points(
     shared_cluster, make_topic, read_all, transactional
 ) -> None:

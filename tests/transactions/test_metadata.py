@@ -14,6 +14,7 @@ from raystream.errors import (
 )
 from raystream.transactions.metadata import (
     MAX_PRODUCER_EPOCH,
+    TransactionMetadata,
     TxnState,
     add_partitions,
     bump_epoch,
@@ -110,3 +111,64 @@ def test_records_replay_to_the_latest_state() -> None:
     store.replay(transaction_record(second))
     assert store.transactions == {"tx": second}
     assert 0 <= partition_for("tx", 3) < 3
+
+
+def test_an_end_carries_its_partitions_into_the_next_transaction_under_the_next_epoch() -> None:
+    prepared = prepare_end(ongoing(), 5, 0, True, 20, number=3, carry=[("a", 0)])
+    assert prepared.state is TxnState.PREPARE_COMMIT
+    assert prepared.producer_epoch == 0  # the markers carry the ended transaction's epoch
+    carried = complete(prepared, now_ms=30)
+    assert carried.state is TxnState.ONGOING
+    assert carried.partitions == {("a", 0)} and carried.txn_start_ms == 30
+    assert (carried.producer_id, carried.producer_epoch) == (5, 1)
+    assert not carried.next_partitions and carried.next_producer is None
+    # The carried transaction ends like any other, and may carry again.
+    again = complete(prepare_end(carried, 5, 1, False, 40, number=4, carry=[("b", 0)]), 50)
+    assert again.partitions == {("b", 0)} and again.producer_epoch == 2
+    assert complete(prepare_end(again, 5, 2, True, 60, number=5), 70).state is (
+        TxnState.COMPLETE_COMMIT
+    )
+
+
+def test_a_retried_end_is_answered_as_decided_even_from_the_epoch_before() -> None:
+    carried = complete(prepare_end(ongoing(), 5, 0, True, 20, number=3, carry=[("a", 0)]), 30)
+    assert prepare_end(carried, 5, 0, True, 35, number=3, carry=[("a", 0)]) is carried
+    with pytest.raises(InvalidTxnStateError, match="transaction 3, it was committed"):
+        prepare_end(carried, 5, 0, False, 35, number=3)
+    with pytest.raises(ProducerFencedError):  # not a retry: the old epoch is fenced
+        prepare_end(carried, 5, 0, True, 35, number=2)
+    # A new producer's init forgets the ends of the old one.
+    fenced = init_producer(complete(bump_epoch(carried, 40), 41), 1000, None, 42)
+    assert fenced.ended is None
+    with pytest.raises(ProducerFencedError):
+        prepare_end(fenced, 5, 0, True, 45, number=3)
+
+
+def test_carrying_past_the_last_epoch_takes_a_new_producer_id() -> None:
+    meta = dataclasses.replace(ongoing(), producer_epoch=MAX_PRODUCER_EPOCH)
+    with pytest.raises(InvalidTxnStateError, match="needs a new producer id"):
+        prepare_end(meta, 5, MAX_PRODUCER_EPOCH, True, 20, number=0, carry=[("a", 0)])
+    prepared = prepare_end(meta, 5, MAX_PRODUCER_EPOCH, True, 20, 0, [("a", 0)], 9)
+    carried = complete(prepared, 30)
+    assert (carried.producer_id, carried.producer_epoch) == (9, 0)
+    assert carried.state is TxnState.ONGOING
+
+
+def test_a_bumped_abort_carries_nothing() -> None:
+    """A timeout or an init aborting a carried transaction fences it; nothing follows."""
+    carried = complete(prepare_end(ongoing(), 5, 0, True, 20, number=3, carry=[("a", 0)]), 30)
+    aborted = complete(bump_epoch(carried, 40), 41)
+    assert aborted.state is TxnState.COMPLETE_ABORT and aborted.producer_epoch == 2
+
+
+def test_carried_state_replays_and_older_records_read_without_it() -> None:
+    prepared = prepare_end(ongoing(), 5, 0, True, 20, number=3, carry=[("a", 0)])
+    store = TransactionStore()
+    store.replay(transaction_record(prepared))
+    assert store.transactions == {"tx": prepared}
+    old = {
+        k: v
+        for k, v in ongoing().to_dict().items()
+        if k not in ("next_partitions", "next_producer", "ended")
+    }
+    assert TransactionMetadata.from_dict("tx", old) == ongoing()

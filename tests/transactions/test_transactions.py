@@ -166,12 +166,11 @@ def test_offsets_commit_atomically_with_the_output(
         assert consumer.committed(tp) == 5
 
 
-def test_the_offsets_partition_of_the_last_transaction_comes_with_the_first_partitions(
+def test_an_end_carries_the_written_partitions_into_the_next_transaction(
     shared_cluster, make_topic, txn_id, read_all, transactional
 ) -> None:
-    """A loop that sends offsets in every transaction gets the group's offsets partition
-    added with its output's partitions; a transaction that then sends none still commits
-    (an empty marker there), leaves the offsets alone, and the next one stops guessing."""
+    """A loop that writes the same partitions each time finds them in its next
+    transaction, under the next epoch; one that writes fewer carries only those."""
     from raystream.groups.offsets_topic import OFFSETS_TOPIC
 
     source, sink = make_topic(), make_topic()
@@ -180,29 +179,84 @@ def test_the_offsets_partition_of_the_last_transaction_comes_with_the_first_part
     producer = transactional(shared_cluster)
     tid = producer.config.transactional_id
 
-    def partitions_after_a_send(value: bytes) -> set[str]:
-        producer.send(sink, value).get()
+    def coordinator_side() -> tuple[str, set[str], int]:
         described = shared_cluster.transaction_coordinator_call("describe", tid)
-        return {topic for topic, _ in described["partitions"]}
+        topics = {topic for topic, _ in described["partitions"]}
+        return described["state"], topics, described["producer_epoch"]
 
+    epoch = producer._txn.producer_epoch
     producer.begin_transaction()
-    assert partitions_after_a_send(b"out-1") == {sink}
+    producer.send(sink, b"out-1").get()
     producer.send_offsets_to_transaction({tp: 5}, group)
     producer.commit_transaction()
+    assert coordinator_side() == ("Ongoing", {sink, OFFSETS_TOPIC}, epoch + 1)
+    assert producer._txn.producer_epoch == epoch + 1
     producer.begin_transaction()
-    assert partitions_after_a_send(b"out-2") == {sink, OFFSETS_TOPIC}
+    producer.send(sink, b"out-2").get()
     producer.send_offsets_to_transaction({tp: 7}, group)
     producer.commit_transaction()
     producer.begin_transaction()
-    assert partitions_after_a_send(b"out-3") == {sink, OFFSETS_TOPIC}
-    producer.commit_transaction()  # no offsets this time
+    producer.send(sink, b"out-3").get()
+    producer.commit_transaction()  # no offsets this time: only the sink is carried
+    assert coordinator_side() == ("Ongoing", {sink}, epoch + 3)
     producer.begin_transaction()
-    assert partitions_after_a_send(b"out-4") == {sink}
+    producer.send(sink, b"out-4").get()
     producer.send_offsets_to_transaction({tp: 9}, group)
     producer.abort_transaction()
-    producer.close()
+    producer.close()  # ends the transaction the abort carried
+    assert coordinator_side()[:2] == ("CompleteAbort", set())
     assert shared_cluster.admin().describe_group(group).offsets == {tp: 7}
     assert read_all(shared_cluster, sink, "read_committed") == [b"out-1", b"out-2", b"out-3"]
+
+
+def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """An idle producer is not fenced by its carried transaction: the release thread
+    ends it within a tenth of the timeout, and the next begin starts afresh."""
+    topic = make_topic()
+    producer = transactional(shared_cluster, transaction_timeout_ms=2000)
+    tid = producer.config.transactional_id
+    producer.begin_transaction()
+    producer.send(topic, b"first").get()
+    producer.commit_transaction()
+    epoch = producer._txn.producer_epoch
+    deadline = time.monotonic() + 10
+    while shared_cluster.transaction_coordinator_call("describe", tid)["state"] == "Ongoing":
+        assert time.monotonic() < deadline, "the carried transaction was never ended"
+        time.sleep(0.05)
+    described = shared_cluster.transaction_coordinator_call("describe", tid)
+    assert described["state"] == "CompleteAbort" and described["producer_epoch"] == epoch
+    time.sleep(2.5)  # past the timeout: nothing is open, nobody is fenced
+    producer.begin_transaction()
+    producer.send(topic, b"second").get()
+    producer.commit_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"first", b"second"]
+
+
+def test_a_retried_end_of_a_carried_transaction_leaves_the_next_one_alone(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    topic = make_topic()
+    producer = transactional(shared_cluster)
+    txn = producer._txn
+    tid = producer.config.transactional_id
+    ended = (tid, txn.producer_id, txn.producer_epoch, True, txn._number, [(topic, 0)])
+    producer.begin_transaction()
+    producer.send(topic, b"one").get()
+    producer.commit_transaction()
+    call = shared_cluster.transaction_coordinator_call
+    # The same end again (its answer lost, say) is answered as before, changing nothing.
+    assert tuple(call("end_txn", *ended)) == (txn.producer_id, txn.producer_epoch)
+    with pytest.raises(InvalidTxnStateError, match="it was committed"):
+        call("end_txn", *ended[:3], False, *ended[4:])
+    producer.begin_transaction()
+    producer.send(topic, b"two").get()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
+    producer.commit_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"one", b"two"]
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
