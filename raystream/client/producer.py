@@ -450,7 +450,9 @@ class Producer:
         """Send what is buffered, wait for it, and stop the sender thread.
 
         After ``timeout`` seconds, records still pending fail with
-        RaystreamTimeoutError instead (close itself does not raise). Idempotent.
+        RaystreamTimeoutError instead (close itself does not raise). Idempotent. A
+        transactional producer also ends the transaction its last end carried (see
+        :meth:`commit_transaction`).
         """
         self._not_from_a_callback("close")
         with self._close_lock:
@@ -573,7 +575,11 @@ class Producer:
         """Send everything buffered, then commit the transaction everywhere at once.
 
         Returns once the commit markers are written: read_committed consumers see the
-        transaction's records from then on.
+        transaction's records from then on. The next transaction is already open then,
+        on the partitions this one wrote, under the next producer epoch: a loop that
+        writes the same partitions makes no coordinator call before its next commit.
+        If no ``begin_transaction()`` takes it within a second (a tenth of
+        ``transaction_timeout_ms`` if less), the producer ends it in the background.
 
         Raises:
             InvalidTxnStateError: no open transaction (or it must be aborted).

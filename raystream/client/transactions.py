@@ -55,6 +55,8 @@ CARRY_TTL_MS = 1_000
 """How long a carried transaction waits to be taken by the next ``begin`` (at most a
 tenth of the transaction timeout): a loop takes it within milliseconds."""
 RELEASE_RETRY_S = 1.0
+CLOSE_RELEASE_S = 2.0
+"""How long ``close`` tries to end a carried transaction (the cluster may be gone)."""
 
 
 class TxnClientState(str, enum.Enum):
@@ -300,11 +302,11 @@ class TransactionManager:
                 self._releaser.start()
             self._carry.notify()
 
-    def _release(self) -> None:
+    def _release(self, timeout_s: float | None = None) -> None:
         """End the carried transaction as an abort (it wrote nothing); the caller holds
         the carry condition. A fencing is fatal; other errors leave it carried."""
         try:
-            self._call(
+            self.cluster.transaction_coordinator_call(
                 "end_txn",
                 self.transactional_id,
                 self.producer_id,
@@ -312,6 +314,7 @@ class TransactionManager:
                 False,
                 self._number,
                 [],
+                timeout_s=timeout_s or self.request_timeout_s,
             )
         except ProducerFencedError as error:
             self._carried = frozenset()
@@ -342,14 +345,14 @@ class TransactionManager:
                     self._carry.wait(RELEASE_RETRY_S)
 
     def close(self) -> None:
-        """Stop the release thread, ending a carried transaction first (best effort:
-        the coordinator's timeout ends it otherwise)."""
+        """Stop the release thread, ending a carried transaction first (best effort,
+        within :data:`CLOSE_RELEASE_S`: the coordinator's timeout ends it otherwise)."""
         with self._carry:
             self._closed = True
             self._carry.notify()
             if self._carried and self.state is TxnClientState.READY:
                 try:
-                    self._release()
+                    self._release(min(self.request_timeout_s, CLOSE_RELEASE_S))
                 except RaystreamError as error:
                     logger.warning(
                         "closing: could not end the carried transaction of %r: %s",
