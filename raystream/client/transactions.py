@@ -306,7 +306,7 @@ class TransactionManager:
         """End the carried transaction as an abort (it wrote nothing); the caller holds
         the carry condition. A fencing is fatal; other errors leave it carried."""
         try:
-            self.cluster.transaction_coordinator_call(
+            self._call(
                 "end_txn",
                 self.transactional_id,
                 self.producer_id,
@@ -314,7 +314,7 @@ class TransactionManager:
                 False,
                 self._number,
                 [],
-                timeout_s=timeout_s or self.request_timeout_s,
+                timeout_s=timeout_s,
             )
         except ProducerFencedError as error:
             self._carried = frozenset()
@@ -364,9 +364,9 @@ class TransactionManager:
         """A step of the transaction failed outside the coordinator calls."""
         self._fail(error)
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
         return self.cluster.transaction_coordinator_call(
-            method, *args, timeout_s=self.request_timeout_s
+            method, *args, timeout_s=timeout_s or self.request_timeout_s
         )
 
 

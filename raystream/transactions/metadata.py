@@ -218,14 +218,7 @@ def init_producer(
         raise InvalidTxnStateError(
             f"transactional id {meta.transactional_id!r} has an open transaction to abort first"
         )
-    if needs_new_producer_id(meta):
-        if new_producer_id is None:
-            raise InvalidTxnStateError(
-                f"transactional id {meta.transactional_id!r} needs a new producer id"
-            )
-        producer_id, epoch = new_producer_id, 0
-    else:
-        producer_id, epoch = meta.producer_id, meta.producer_epoch + 1
+    producer_id, epoch = _next_producer(meta, new_producer_id)
     return dataclasses.replace(
         meta,
         producer_id=producer_id,
@@ -333,16 +326,7 @@ def prepare_end(
             f"transactional id {meta.transactional_id!r}: cannot {verb} in state {meta.state.value}"
         )
     carried = frozenset(carry)
-    next_producer = None
-    if carried:
-        if not needs_new_producer_id(meta):
-            next_producer = (meta.producer_id, meta.producer_epoch + 1)
-        elif new_producer_id is not None:
-            next_producer = (new_producer_id, 0)
-        else:
-            raise InvalidTxnStateError(
-                f"transactional id {meta.transactional_id!r} needs a new producer id"
-            )
+    next_producer = _next_producer(meta, new_producer_id) if carried else None
     return dataclasses.replace(
         meta,
         state=wanted,
@@ -356,6 +340,22 @@ def prepare_end(
 def needs_new_producer_id(meta: TransactionMetadata) -> bool:
     """Whether the id's next epoch would pass the last one (a new producer id then)."""
     return meta.producer_epoch + 1 > MAX_PRODUCER_EPOCH
+
+
+def _next_producer(meta: TransactionMetadata, new_producer_id: int | None) -> tuple[int, int]:
+    """The (producer id, epoch) after the id's current one: the next epoch, or
+    ``new_producer_id`` at epoch 0 once the epochs are used up (Kafka's rule).
+
+    Raises:
+        InvalidTxnStateError: the epochs are used up and no new producer id was given.
+    """
+    if not needs_new_producer_id(meta):
+        return meta.producer_id, meta.producer_epoch + 1
+    if new_producer_id is None:
+        raise InvalidTxnStateError(
+            f"transactional id {meta.transactional_id!r} needs a new producer id"
+        )
+    return new_producer_id, 0
 
 
 def complete(meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
