@@ -311,6 +311,11 @@ class Chaos:
         self.stopping = threading.Event()
         self._threads: list[threading.Thread] = []
 
+    @staticmethod
+    def actor_info(handle: Any) -> dict[str, Any]:
+        """:func:`actor_info`: Ray's actor-table entry for ``handle``."""
+        return actor_info(handle)
+
     @property
     def faults(self) -> list[Kill | NodeLoss]:
         """Every fault so far, in the order they were made."""
@@ -330,6 +335,7 @@ class Chaos:
         kill = Kill(what, info["ActorID"], info["Pid"], info["NumRestarts"], restart, at)
         with self._lock:
             self.kills.append(kill)
+        self._stamp_when_reported(kill)
         return kill
 
     def remove_node(self, ray_nodes: Any, node_id: str, what: str) -> NodeLoss:
@@ -341,7 +347,23 @@ class Chaos:
         loss = NodeLoss(what, node_id, at)
         with self._lock:
             self.node_losses.append(loss)
+        self._stamp_when_reported(loss)
         return loss
+
+    def _stamp_when_reported(self, fault: Kill | NodeLoss, timeout_s: float = 120) -> None:
+        """Set ``fault.confirmed_at`` as soon as Ray reports the fault, from a thread, so
+        the stamp is close to the fault whenever the test asks (``confirm``)."""
+
+        def watch() -> None:
+            deadline = time.monotonic() + timeout_s
+            while not self.stopping.is_set() and time.monotonic() < deadline:
+                with contextlib.suppress(Exception):  # a GCS hiccup: the next poll asks again
+                    if self._happened(fault):
+                        fault.confirmed_at = time.monotonic()
+                        return
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, name=f"confirm-{fault.what}", daemon=True).start()
 
     def background(self, loop: Callable[[], None], name: str) -> threading.Thread:
         """Run a fault loop on a thread; its error, if any, is recorded (``verify``
@@ -386,15 +408,13 @@ class Chaos:
         faults = self.faults
         assert faults, "no fault was injected"
         for fault in faults:
-            if fault.confirmed_at is None:
-                wait_until(
-                    lambda fault=fault: self._happened(fault),
-                    timeout_s,
-                    f"Ray to report the fault {fault}",
-                    interval_s=0.02,
-                )
-                fault.confirmed_at = time.monotonic()
-        return max(f.confirmed_at for f in faults)
+            wait_until(
+                lambda fault=fault: fault.confirmed_at is not None,
+                timeout_s,
+                f"Ray to report the fault {fault}",
+                interval_s=0.02,
+            )
+        return max(f.confirmed_at for f in faults if f.confirmed_at is not None)
 
     @staticmethod
     def _happened(fault: Kill | NodeLoss) -> bool:
