@@ -66,10 +66,10 @@ def test_member_actors_scale_survive_a_kill_and_skip_nothing(
             return sorted(len(s.get("assignment", [])) for s in group.status())
 
         def wait_for_shares(expected: list[int], what: str) -> None:
-            wait_until(lambda: shares() == expected, 60, what, interval_s=0.2)
+            wait_until(lambda: shares() == expected, 120, what, interval_s=0.2)
 
         wait_for_shares([2, 2, 2], "3 members with 2 partitions each")
-        wait_until(lambda: len(set(processed(path))) == 3000, 60, "the first 3000 records")
+        wait_until(lambda: len(set(processed(path))) == 3000, 120, "the first 3000 records")
 
         group.scale(4)
         wait_for_shares([1, 1, 2, 2], "a fourth member taking a share")
@@ -77,7 +77,7 @@ def test_member_actors_scale_survive_a_kill_and_skip_nothing(
         victim = group.members[0]
         chaos.kill_actor(victim, "member 0")  # kill -9; Ray restarts it as a new member
         produce(shared_cluster, topic, 3000, 3000)
-        wait_until(lambda: len(set(processed(path))) == 6000, 60, "every record after the kill")
+        wait_until(lambda: len(set(processed(path))) == 6000, 120, "every record after the kill")
         chaos.verify()  # member 0 runs in a new process
         wait_for_shares([1, 1, 2, 2], "the restarted member back in")
         done = processed(path)

@@ -107,9 +107,9 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(
             interval_s=1.0,
             detail=group.status,
         )
+        chaos.verify(min_faults=5)  # before the stop, which ends the members for good
     finally:
         group.stop()
-    chaos.verify(min_faults=5)
     values = read_all(replicated, "out", "read_committed", 3)
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]

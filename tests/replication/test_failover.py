@@ -44,10 +44,17 @@ class SteadyProducer:
         self.acked_at: dict[int, float] = {}
         self.failed: list[BaseException] = []
 
-    def run(self, chaos: Any, failure: Callable[[], Any], failure_at: float = 1.0) -> None:
-        """Send for SECONDS and call ``failure`` once, ``failure_at`` seconds in. When it
-        injected faults, go on until its fault loops have ended and for AFTER_S after
-        Ray reported the last fault; then wait for every acknowledgement."""
+    def run(
+        self,
+        chaos: Any,
+        failure: Callable[[], Any],
+        failure_at: float = 1.0,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Send for SECONDS and call ``failure`` once, ``failure_at`` seconds in and once
+        ``ready()`` (e.g. a watch has its samples before the fault). When it injected
+        faults, go on until its fault loops have ended and for AFTER_S after Ray
+        reported the last fault; then wait for every acknowledgement."""
         start = time.monotonic()
         until = start + SECONDS
         injected = extended = False
@@ -55,11 +62,15 @@ class SteadyProducer:
         i = 0
         while True:
             now = time.monotonic()
-            if not injected and now - start >= failure_at:
-                injected = True
-                failure()
-            if now >= until:
-                assert now < deadline, f"the faults took over {deadline - start:.0f} s"
+            assert now < deadline, (
+                f"still sending after {now - start:.0f} s: fault injected={injected}, "
+                f"fault loops running={chaos.running}"
+            )
+            if not injected:
+                if now - start >= failure_at and ready():
+                    injected = True
+                    failure()
+            elif now >= until:
                 if chaos.running:
                     pass  # the fault loop is still at work: keep the load on
                 elif chaos.faults and not extended:
@@ -172,7 +183,8 @@ def run_scenario(
 
     hw = watch(high_watermark, f"the high watermark of {topic}-0")
     sender = SteadyProducer(cluster, topic)
-    sender.run(chaos, lambda: failure(sender))
+    started = time.monotonic()
+    sender.run(chaos, lambda: failure(sender), ready=lambda: hw.count(after=started) >= 3)
     chaos.verify(min_faults)
     sender.check_through(chaos)
     samples = hw.stop(chaos)

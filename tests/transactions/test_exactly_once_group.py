@@ -112,7 +112,7 @@ def test_killed_members_restart_without_duplicating_output(
                 interval_s=0.2,
             )
         wait_until(lambda: group.lag() == 0, 120, "every input committed", interval_s=0.5)
+        chaos.verify(min_faults=3)  # before the stop, which ends the members for good
     finally:
         group.stop()
-    chaos.verify(min_faults=3)
     check_exactly_once(shared_cluster, sink, 3, 1200, read_all)
