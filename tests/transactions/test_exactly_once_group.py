@@ -92,7 +92,7 @@ def test_killed_members_restart_without_duplicating_output(
         output_topic=sink,
     )
     try:
-        wait_until(lambda: group.lag() < 600, 90, "inputs committed", interval_s=0.5)
+        wait_until(lambda: group.lag() < 600, 240, "inputs committed", interval_s=0.5)
         for round_ in range(3):
             index = round_ % 2
             wait_until(
