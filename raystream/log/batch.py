@@ -47,6 +47,8 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.errors import CorruptRecordError
+from raystream.log import compact
+from raystream.records import BYTES_SCHEMA
 
 HEADER = struct.Struct("<qiiBIhiqqqhii3x")
 HEADER_SIZE = HEADER.size
@@ -213,16 +215,22 @@ class BatchEncoder:
         self._schema: pa.Schema | None = None
         self._schema_message = b""
         self._has_dictionaries = False
+        self._record_layout = False
 
     def payload(self, batch: pa.RecordBatch, compression: str | None) -> list[Piece]:
-        """The pieces of ``batch``'s Arrow IPC stream (schema, batch, end of stream)."""
+        """The pieces of ``batch``'s payload: compact when it is a small batch of the
+        record layout (see :mod:`raystream.log.compact`), else its Arrow IPC stream
+        (schema, batch, end of stream)."""
         schema = batch.schema
         if self._schema is None or not (
             schema is self._schema or schema.equals(self._schema, check_metadata=True)
         ):
             self._schema_message = schema.serialize().to_pybytes()
             self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+            self._record_layout = compact.is_record_layout(schema)
             self._schema = schema
+        if self._record_layout and compact.eligible(batch):
+            return compact.encode(batch, compression)
         if compression is None and not self._has_dictionaries:
             return [self._schema_message, batch.serialize(), END_OF_STREAM]
         sink = pa.BufferOutputStream()
@@ -319,7 +327,13 @@ class PayloadDecoder:
         self, buffer: pa.Buffer, start: int, end: int
     ) -> tuple[pa.Schema, pa.RecordBatch]:
         """:meth:`decode_with_schema` of the payload at ``buffer[start:end]``, without
-        cutting it out first (a read decodes every batch of a segment this way)."""
+        cutting it out first (a read decodes every batch of a segment this way).
+
+        The payload's first byte tells its encoding: 0xff starts an Arrow IPC stream,
+        :data:`~raystream.log.compact.TAG` a compact payload.
+        """
+        if end > start and memoryview(buffer)[start] == compact.TAG:
+            return BYTES_SCHEMA, compact.decode(buffer, start, end)
         (metadata_size,) = _EPOCH.unpack_from(buffer, start + 4)
         schema_end = start + 8 + metadata_size
         # memoryview and slice(): a third of the cost of Buffer's [a:b] per batch.
