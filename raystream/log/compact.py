@@ -231,7 +231,7 @@ def decode(buffer: pa.Buffer, start: int, end: int) -> pa.RecordBatch:
         compressed = buffer.slice(reader.position, end - reader.position)
         try:
             body = pa.Codec(_CODEC_NAMES[codec_id]).decompress(compressed, size)
-        except pa.ArrowException as error:
+        except (pa.ArrowException, OSError) as error:
             raise CompactFormatError(f"compact payload does not decompress: {error}") from None
         reader = _Reader(body, 0, body.size)
     rows = reader.uvarint()
