@@ -48,7 +48,6 @@ import pyarrow as pa
 
 from raystream.errors import CorruptRecordError
 from raystream.log import compact
-from raystream.records import BYTES_SCHEMA
 
 HEADER = struct.Struct("<qiiBIhiqqqhii3x")
 HEADER_SIZE = HEADER.size
@@ -71,7 +70,7 @@ ATTR_EXPLICIT_OFFSETS = 0x80
 
 OFFSET_COLUMN = "offset"
 """Column every read adds: the record's offset in the partition."""
-EXPLICIT_OFFSET_COLUMN = "__offset"
+EXPLICIT_OFFSET_COLUMN = compact.EXPLICIT_OFFSET_COLUMN
 """Column a compacted batch stores its surviving rows' offsets in."""
 
 assert HEADER_SIZE == 64
@@ -333,7 +332,7 @@ class PayloadDecoder:
         :data:`~raystream.log.compact.TAG` a compact payload.
         """
         if end > start and memoryview(buffer)[start] == compact.TAG:
-            return BYTES_SCHEMA, compact.decode(buffer, start, end)
+            return compact.decode(buffer, start, end)
         (metadata_size,) = _EPOCH.unpack_from(buffer, start + 4)
         schema_end = start + 8 + metadata_size
         # memoryview and slice(): a third of the cost of Buffer's [a:b] per batch.

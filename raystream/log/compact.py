@@ -17,21 +17,24 @@ which costs about as little for the small batches this is used for::
     offset  size  field
     0       1     tag: 0x01 (an Arrow IPC stream starts with 0xff: a reader tells the
                   two apart from the payload alone, the produce call's bytes included)
-    1       1     codec: 0 none, 3 lz4, 4 zstd (the batch header's codec numbers)
+    1       1     codec: 0 none, 3 lz4, 4 zstd (the batch header's codec numbers),
+                  plus 0x80 when the body ends with an explicit offsets column
     2       var   uncompressed body length (unsigned LEB128), only with a codec
     ...           body, compressed as a whole with a codec
 
     body:   rows (unsigned LEB128), then the columns key, value, timestamp, headers.
     binary column (key, value; header keys and values):
-            flags (1 byte): 0xff all null; else the width of the lengths (1, 2 or 4)
+            flags (1 byte): 0xff all null; else the width of the offsets (1, 2 or 4)
             plus 0x10 when a validity bitmap follows; [bitmap, ceil(rows/8) bytes,
-            Arrow's bit order]; lengths (rows x width); the values' bytes, end to end.
+            Arrow's bit order]; offsets from 0 (rows + 1 x width); the values' bytes.
     timestamp: flags (0xff all null; else the width of the deltas, 0 when all are
             equal, plus 0x10 for a bitmap); [bitmap]; the minimum (zigzag LEB128);
             deltas from it (rows x width, unsigned).
-    headers: flags (0xff all null; else the width of the per-record header counts,
-            plus 0x10 for a bitmap); [bitmap]; counts (rows x width); then the header
-            keys and the header values as two binary columns of sum(counts) entries.
+    headers: flags (0xff all null; else the width of the per-record header offsets,
+            plus 0x10 for a bitmap); [bitmap]; offsets (rows + 1 x width); then the
+            header keys and the header values as two binary columns of that many entries.
+    __offset (only with the codec byte's 0x80): the surviving rows' offsets of a batch
+            compaction rewrote, encoded as the timestamp column is.
 
 Decoding is zero-copy for the bytes of keys and values (the arrays point into the
 payload, as an Arrow IPC read does); only offsets, timestamps and bitmaps are built.
@@ -59,6 +62,12 @@ reader allocate more than this many rows' worth of offsets)."""
 KAFKA_BATCH_OVERHEAD = 61
 """Bytes of Kafka's record batch v2 header (base offset to record count)."""
 
+EXPLICIT_OFFSET_COLUMN = "__offset"
+"""Column a compacted batch stores its surviving rows' offsets in."""
+EXPLICIT_OFFSETS_SCHEMA = BYTES_SCHEMA.append(pa.field(EXPLICIT_OFFSET_COLUMN, pa.int64()))
+"""The record layout of a batch compaction rewrote (also stored compact)."""
+
+_EXPLICIT_OFFSETS = 0x80
 _ALL_NULL = 0xFF
 _BITMAP = 0x10
 _WIDTH_MASK = 0x0F
@@ -90,8 +99,13 @@ def eligible(batch: pa.RecordBatch) -> bool:
 
 
 def is_record_layout(schema: pa.Schema) -> bool:
-    """Whether ``schema`` is the byte-topic record layout, the one stored compact."""
-    return schema is BYTES_SCHEMA or schema.equals(BYTES_SCHEMA, check_metadata=True)
+    """Whether ``schema`` is the byte-topic record layout (with or without a compacted
+    batch's explicit offsets), the one stored compact."""
+    return (
+        schema is BYTES_SCHEMA
+        or schema.equals(BYTES_SCHEMA, check_metadata=True)
+        or schema.equals(EXPLICIT_OFFSETS_SCHEMA, check_metadata=True)
+    )
 
 
 def encode(batch: pa.RecordBatch, codec: str | None) -> list[bytes]:
@@ -103,14 +117,15 @@ def encode(batch: pa.RecordBatch, codec: str | None) -> list[bytes]:
     body.extend(_binary_column(columns[1], rows))
     body.extend(_timestamp_column(columns[2], rows))
     body.extend(_headers_column(columns[3], rows))
+    flags = _CODEC_IDS[codec]
+    if len(columns) == 5:
+        body.extend(_timestamp_column(columns[4], rows))
+        flags |= _EXPLICIT_OFFSETS
     if codec is None:
-        return [_PLAIN, *body]
+        return [_BYTE[TAG] + _BYTE[flags], *body]
     raw = b"".join(body)
     compressed = pa.Codec(codec).compress(raw, asbytes=True)
-    return [_BYTE[TAG] + _BYTE[_CODEC_IDS[codec]], _uvarint(len(raw)), compressed]
-
-
-_PLAIN = bytes([TAG, 0])
+    return [_BYTE[TAG] + _BYTE[flags], _uvarint(len(raw)), compressed]
 
 
 def _width(largest: int) -> int:
@@ -210,8 +225,9 @@ def _uvarint(value: int) -> bytes:
 # ------------------------------------------------------------------------ decoding
 
 
-def decode(buffer: pa.Buffer, start: int, end: int) -> pa.RecordBatch:
-    """The record batch of the compact payload at ``buffer[start:end]``.
+def decode(buffer: pa.Buffer, start: int, end: int) -> tuple[pa.Schema, pa.RecordBatch]:
+    """The schema (one of two constants) and record batch of the compact payload at
+    ``buffer[start:end]``.
 
     Every array is validated in full (offsets, UTF-8 of header keys), so a malformed
     payload (a produce call's bytes are not checksummed) is an error, never a bad array.
@@ -221,7 +237,8 @@ def decode(buffer: pa.Buffer, start: int, end: int) -> pa.RecordBatch:
     """
     reader = _Reader(buffer, start, end)
     reader.position += 1  # the tag
-    codec_id = reader.byte()
+    flags = reader.byte()
+    codec_id = flags & ~_EXPLICIT_OFFSETS
     if codec_id not in _CODEC_NAMES:
         raise CompactFormatError(f"unknown compact payload codec {codec_id}")
     if codec_id:
@@ -241,16 +258,21 @@ def decode(buffer: pa.Buffer, start: int, end: int) -> pa.RecordBatch:
     value = reader.binary_column(rows, _BINARY)
     timestamp = reader.timestamp_column(rows)
     headers = reader.headers_column(rows)
+    columns = [key, value, timestamp, headers]
+    schema = BYTES_SCHEMA
+    if flags & _EXPLICIT_OFFSETS:
+        columns.append(reader.timestamp_column(rows))
+        schema = EXPLICIT_OFFSETS_SCHEMA
     if reader.position != reader.end:
         raise CompactFormatError(
             f"compact payload has {reader.end - reader.position} bytes after its columns"
         )
-    batch = pa.RecordBatch.from_arrays([key, value, timestamp, headers], schema=BYTES_SCHEMA)
+    batch = pa.RecordBatch.from_arrays(columns, schema=schema)
     try:
         batch.validate(full=True)
     except pa.ArrowInvalid as error:
         raise CompactFormatError(f"compact payload is inconsistent: {error}") from None
-    return batch
+    return schema, batch
 
 
 _BINARY = pa.binary()
@@ -445,6 +467,8 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
 __all__ = [
     "COMPACT_MAX_BYTES",
     "COMPACT_MAX_ROWS",
+    "EXPLICIT_OFFSETS_SCHEMA",
+    "EXPLICIT_OFFSET_COLUMN",
     "KAFKA_BATCH_OVERHEAD",
     "TAG",
     "CompactFormatError",

@@ -62,7 +62,7 @@ def test_only_the_record_over_the_limit_fails_and_order_holds(
     values[77] = b"z" * 3000
     futures = [producer.send(topic, value) for value in values]
     producer.flush(timeout=60)
-    with pytest.raises(RecordTooLargeError, match="max.message.bytes=1000"):
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes=1000"):
         futures[77].get(timeout=10)
     kept = values[:77] + values[78:]
     offsets = [f.get(timeout=10).offset for i, f in enumerate(futures) if i != 77]
