@@ -855,7 +855,9 @@ class Sender(threading.Thread):
 
 
 def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes | pa.Buffer:
-    """``batch`` as one self-contained Arrow IPC stream (what a produce call carries).
+    """``batch`` as one self-contained payload (what a produce call carries): compact for
+    a small batch of the record layout, else an Arrow IPC stream (see
+    :mod:`raystream.log.batch`).
 
     Bytes when small: Ray passes those inline with the call. A larger stream is one
     Arrow buffer, which Ray moves out of band into its object store, where bytes would

@@ -1,4 +1,5 @@
-"""The on-disk batch format: a fixed header followed by one Arrow IPC stream.
+"""The on-disk batch format: a fixed header followed by a payload, an Arrow IPC stream
+or, for a small batch of the record layout, a compact payload.
 
 A stored batch is::
 
@@ -19,14 +20,36 @@ A stored batch is::
     53      4     base_sequence
     57      4     record_count
     61      3     (padding: keeps the payload 8-byte aligned for zero-copy reads)
-    64      ...   payload: an Arrow IPC stream (schema, one record batch, end marker)
+    64      ...   payload: an Arrow IPC stream (schema, one record batch, end marker),
+                  or a compact payload (see below)
 
 The field order and the CRC's coverage follow Kafka's RecordBatch v2, so the leader can
 stamp ``base_offset`` and ``partition_leader_epoch`` without recomputing the checksum.
-The payload is a standard Arrow IPC stream, readable by any Arrow tool; per-batch body
-compression (lz4, zstd) is Arrow's own. A compacted batch keeps its base offset and
-``last_offset_delta`` but holds fewer rows; it carries the surviving rows' offsets in
-an extra ``__offset`` column and sets the explicit-offsets attribute.
+A compacted batch keeps its base offset and ``last_offset_delta`` but holds fewer rows;
+it carries the surviving rows' offsets in an extra ``__offset`` column and sets the
+explicit-offsets attribute.
+
+Payloads. A large batch's payload is a standard Arrow IPC stream, readable by any Arrow
+tool and read zero-copy; per-batch body compression (lz4, zstd) is Arrow's own. Its
+framing (the schema message, the batch's flatbuffer, buffer padding) is about a
+kilobyte whatever the batch holds, which is nothing next to a full batch but six times
+a one-record batch of a 100-byte value (Kafka's whole batch is 170 bytes). So a batch of
+the record layout (byte topics, the internal topics, markers) under
+:data:`~raystream.log.compact.COMPACT_MAX_BYTES` is stored as a *compact payload*
+instead (:mod:`raystream.log.compact`: a columnar encoding with one integer width per
+column, decoded back into the same Arrow arrays), about Kafka's size.
+
+Why not a topic's schema stored once per log, with schema-less IPC messages per batch:
+that still leaves the record-batch message's ~600 bytes of flatbuffer and padding per
+batch, and makes every batch depend on something outside it, where today a batch is
+decoded alone wherever it goes (a fetch, a follower's copy, the producer's call).
+
+Which encoding a payload has is its first byte: an Arrow IPC stream starts with the
+continuation marker 0xff, a compact payload with :data:`~raystream.log.compact.TAG`. So
+every reader that holds only a payload (the leader decoding a produce call, the cleaner,
+truncation) decodes either without the header, and batches written before the compact
+payload existed (all Arrow IPC streams) read as they always did. The CRC covers the
+payload either way, and followers copy batches as bytes, whatever their encoding.
 
 Transactions: a producer's batches inside a transaction set the transactional bit; the
 transaction coordinator ends it on every partition with a *marker*, a control batch of
