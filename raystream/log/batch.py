@@ -354,12 +354,13 @@ class PayloadDecoder:
         The payload's first byte tells its encoding: 0xff starts an Arrow IPC stream,
         :data:`~raystream.log.compact.TAG` a compact payload.
         """
-        if end > start and memoryview(buffer)[start] == compact.TAG:
+        view = memoryview(buffer)
+        if end > start and view[start] == compact.TAG:
             return compact.decode(buffer, start, end)
         (metadata_size,) = _EPOCH.unpack_from(buffer, start + 4)
         schema_end = start + 8 + metadata_size
         # memoryview and slice(): a third of the cost of Buffer's [a:b] per batch.
-        key = memoryview(buffer)[start:schema_end].tobytes()
+        key = view[start:schema_end].tobytes()
         cached = self._schemas.get(key)
         if cached is None:
             schema = pa.ipc.read_schema(pa.py_buffer(key))
