@@ -69,3 +69,38 @@ def test_only_the_record_over_the_limit_fails_and_order_holds(
     assert offsets == sorted(offsets) and len(set(offsets)) == len(kept)
     assert read_all(shared_cluster, topic, "read_uncommitted") == kept
     assert splits() >= 2
+
+
+@pytest.mark.parametrize("sorted_rows", [False, True])
+def test_split_requests_answer_each_record_with_its_own_offset(sorted_rows) -> None:
+    """Halves of a request (a slice, or row indices of a chunk sorted by partition)
+    take its place: each record's metadata comes from the half that holds it."""
+    import numpy as np
+
+    from raystream.client.accumulator import split_by_partition
+    from raystream.client.results import FutureRecordMetadata, ProduceResult
+    from raystream.records import BYTES_SCHEMA, build_batch
+
+    rows = 10
+    values = [b"%d" % i for i in range(rows)]
+    batch = build_batch(BYTES_SCHEMA, [None] * rows, values, [0] * rows, None)
+    parts = np.array([1, 0] * 5 if sorted_rows else [0] * rows)
+    result = ProduceResult("t")
+    requests, order = split_by_partition(batch, parts, "t", result, 0.0, rows)
+    result.set_requests(requests, np.zeros(rows, np.int64), order)
+    first = requests[0]
+    left, right = first.split()
+    left_left, left_right = left.split()
+    assert left_left.rows + left_right.rows == left.rows == first.rows // 2
+    assert right.view().column("value").to_pylist() == first.view().column("value").to_pylist()[
+        left.rows :
+    ]
+    left_left.complete(100)
+    left_right.complete(100 + left_left.rows)
+    right.complete(100 + left.rows)
+    for request in requests[1:]:
+        request.complete(200)
+    assert result.done.is_set()
+    partition_zero = [i for i in range(rows) if parts[i] == 0]
+    offsets = [FutureRecordMetadata(result, i).get(timeout=1).offset for i in partition_zero]
+    assert offsets == list(range(100, 100 + first.rows))
