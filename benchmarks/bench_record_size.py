@@ -8,21 +8,29 @@ batch before the compact payload (a 64-byte header and a self-contained Arrow IP
 stream, :func:`arrow_ipc_size`), and as Kafka's record batch v2, built by kafka-python's
 ``DefaultRecordBatchBuilder`` (uncompressed, as here). Ratios are to Kafka.
 
+Then the CPU price of the compact payload: microseconds to encode a batch into its
+payload and to decode it back into Arrow, compact against Arrow IPC (the encoder's
+cached schema message and ``RecordBatch.serialize``, and the decoder's cached schema),
+best of five rounds.
+
 Run:  python -m benchmarks.bench_record_size [--batches 200]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
+import timeit
+from collections.abc import Callable
 
 import pyarrow as pa
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from benchmarks import harness
 from raystream.log import Log, LogConfig
-from raystream.log.batch import HEADER_SIZE
+from raystream.log.batch import END_OF_STREAM, HEADER_SIZE, BatchEncoder, PayloadDecoder
 from raystream.records import BYTES_SCHEMA, build_batch
 
 VALUE_BYTES = 100
@@ -107,6 +115,39 @@ def main() -> None:
                 f"{name:<28}{label:>10}{ours:>11.1f}{before:>11.1f}{kafka:>10.1f}"
                 f"{ours / kafka:>16.2f}x{before / kafka:>16.2f}x"
             )
+    codec_costs()
+
+
+def best_us(fn: Callable[[], object], number: int = 2000) -> float:
+    """Microseconds per call of ``fn``, the best of five rounds."""
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+
+def codec_costs() -> None:
+    """Encode and decode time per batch, compact payload against Arrow IPC."""
+    print()
+    print("microseconds per batch (best of 5): encode to payload, decode to Arrow")
+    header = (
+        f"{'records per batch':<20}{'compact enc':>12}{'IPC enc':>9}"
+        f"{'compact dec':>13}{'IPC dec':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    schema_message = BYTES_SCHEMA.serialize().to_pybytes()
+    encoder, decoder = BatchEncoder(), PayloadDecoder()
+    for rows in (1, 10, 100):
+        batch = records(rows, True, 0)
+        compact = pa.py_buffer(b"".join(bytes(p) for p in encoder.payload(batch, None)))
+        ipc = pa.py_buffer(schema_message + batch.serialize().to_pybytes() + END_OF_STREAM)
+        decoder.decode(ipc)  # caches the schema, as a reader's decoder has it
+        figures = (
+            best_us(functools.partial(encoder.payload, batch, None)),
+            best_us(lambda b=batch: [schema_message, b.serialize(), END_OF_STREAM]),
+            best_us(functools.partial(decoder.decode, compact)),
+            best_us(functools.partial(decoder.decode, ipc)),
+        )
+        widths = (12, 9, 13, 9)
+        print(f"{rows:<20}" + "".join(f"{f:>{w}.1f}" for f, w in zip(figures, widths, strict=True)))
 
 
 if __name__ == "__main__":
