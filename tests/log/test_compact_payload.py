@@ -272,3 +272,37 @@ def test_the_compact_payload_is_under_a_header_and_crc_like_any_payload(make_log
     (stored,) = log.read_batches(0)
     assert stored.header.size == HEADER_SIZE + stored.payload.size
     assert stored.header.record_count == 1
+
+
+def test_a_follower_copies_compact_batches_and_markers_as_bytes(make_log):
+    """Replication copies stored batches unchanged: a follower's log holds the leader's
+    bytes and reads back the same rows; a transaction's marker (a one-record control
+    batch of the record layout) is compact too and still ends the transaction."""
+    from raystream.transactions.markers import marker_batch
+
+    leader = make_log(name="leader-0")
+    for i in range(5):
+        leader.append(
+            build_batch(BYTES_SCHEMA, [b"k"], [b"v%d" % i], [START], None),
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=i,
+            is_transactional=True,
+        )
+    leader.append(
+        marker_batch(BYTES_SCHEMA, True, 3, START),
+        producer_id=7,
+        producer_epoch=0,
+        is_control=True,
+        is_commit=True,
+    )
+    follower = make_log(name="follower-0")
+    for run in leader.read_raw(0):
+        follower.append_raw(run)
+    assert b"".join(r.to_pybytes() for r in follower.read_raw(0)) == b"".join(
+        r.to_pybytes() for r in leader.read_raw(0)
+    )
+    marker = follower.read_batches(0)[-1]
+    assert marker.header.is_control and marker.header.is_commit
+    assert marker.payload.to_pybytes()[0] == compact.TAG
+    assert follower.read(0)["value"].to_pylist() == [b"v%d" % i for i in range(5)]
