@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -103,6 +104,14 @@ def _ping_failed(ref: Any) -> bool:
     except Exception:
         return True
     return False
+
+
+def _cause(error: BaseException) -> str:
+    """The root cause of an actor's death, as its last ``...Error: ...`` line says
+    (Ray's message around it is a long traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return (causes or lines or [type(error).__name__])[-1]
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -786,7 +795,8 @@ class Controller:
             except ray.exceptions.RayError as error:
                 raise BrokerNotAvailableError(
                     f"topic {topic.name!r} was not created: its replica "
-                    f"{replica_actor_name(*pings[ref])} failed to start: {error}"
+                    f"{replica_actor_name(*pings[ref])} failed to start: {_cause(error)}; it "
+                    "was rolled back"
                 ) from None
         if pending:
             late = sorted(replica_actor_name(*pings[ref]) for ref in pending)
