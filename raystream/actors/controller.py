@@ -1165,7 +1165,7 @@ class Controller:
             "controller_node": self.node_id,
             "controller_pid": os.getpid(),
             "nodes": alive_nodes(),
-            "topics": len([t for t in topics if not is_internal(t.name)]),
+            "topics": len([t for t in topics if not is_internal(t.name) and t.creating_from != 0]),
             "partitions": sum(len(t.partitions) for t in topics),
             "replicas": len(self._handles),
             "offline_partitions": offline,
