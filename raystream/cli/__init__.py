@@ -298,6 +298,8 @@ def _up(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or _remembered_data_dir(args.namespace)
     BrokerConfig.from_kafka(broker_config)  # raises InvalidConfigError naming the item
     address = args.address
+    if address is not None and not ray.is_initialized():
+        _check_reachable(address, args.connect_timeout)
     if address is None and not ray.is_initialized():
         try:
             ray.init(address="auto", logging_level="error", log_to_driver=False)
