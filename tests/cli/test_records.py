@@ -1,9 +1,12 @@
-"""The console tools' line parsing and record formatting, as plain functions (no Ray)."""
+"""The console tools' line parsing and record formatting, as plain functions, and the
+demo's routing of everything but its own lines to its log (no Ray)."""
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import subprocess
+import sys
 
 import pytest
 
@@ -119,3 +122,36 @@ def test_typed_values_print_as_json_with_arrows_types() -> None:
         '{"at": "2026-11-26T09:30:00", "day": "2026-11-26", "price": "1.10", '
         '"raw": "/w==", "text": "café", "none": null}'
     )
+
+
+STORY = """
+import logging, os, subprocess, sys, warnings
+from raystream.cli.demo import story_only
+print("before")
+with story_only(sys.argv[1]):
+    print("mine")
+    os.write(1, b"fd 1 noise\\n")
+    os.write(2, b"fd 2 noise\\n")
+    warnings.warn("a python warning")
+    logging.getLogger("somebody").warning("a logged line")
+    subprocess.run(["sh", "-c", "echo child stdout; echo child stderr >&2"], check=True)
+    print("mine again")
+print("after")
+"""
+
+
+def test_the_demo_sends_everything_but_its_own_lines_to_its_log(tmp_path) -> None:
+    """What the demo's process and its children (Ray's raylet, the Spark JVM) write to
+    file descriptors 1 and 2, warnings and log records go to the log; the demo's prints
+    stay on stdout, and everything is back in place afterwards."""
+    log = tmp_path / "demo.log"
+    result = subprocess.run(
+        [sys.executable, "-c", STORY, str(log)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["before", "mine", "mine again", "after"]
+    assert result.stderr == ""
+    text = log.read_text()
+    for noise in ("fd 1 noise", "fd 2 noise", "a python warning", "a logged line"):
+        assert noise in text
+    assert "child stdout" in text and "child stderr" in text
