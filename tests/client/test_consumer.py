@@ -294,7 +294,7 @@ def test_a_fetch_is_already_in_flight_after_a_poll(shared_cluster, make_topic, c
 
 
 def test_a_record_produced_while_polling_arrives_within_milliseconds(
-    shared_cluster, make_topic, consumers
+    shared_cluster, make_topic, consumers, wait_until
 ):
     topic = make_topic()
     tp = TopicPartition(topic, 0)
@@ -302,13 +302,23 @@ def test_a_record_produced_while_polling_arrives_within_milliseconds(
     consumer.assign([tp])
     assert consumer.poll(timeout_ms=100) == {}  # position set, a long poll is waiting
     latencies = []
+    errors: list[BaseException] = []
+
+    def long_poll_waiting(offset: int) -> bool:
+        """A fetch from ``offset`` is on its way and not answered: the poll waits."""
+        flight = consumer._fetcher._states[tp].in_flight
+        return flight is not None and flight.offset == offset and not flight.future.done()
+
     for i in range(3):
         sent: list[float] = []
 
         def send(i: int = i, sent: list[float] = sent) -> None:
-            time.sleep(0.2)
-            sent.append(time.perf_counter())
-            produce(shared_cluster, topic, [f"ping{i}".encode()])
+            try:
+                wait_until(lambda: long_poll_waiting(i), 10, f"a long poll from offset {i}")
+                sent.append(time.perf_counter())
+                produce(shared_cluster, topic, [f"ping{i}".encode()])
+            except BaseException as error:  # the test raises it
+                errors.append(error)
 
         thread = threading.Thread(target=send)
         thread.start()
@@ -317,7 +327,10 @@ def test_a_record_produced_while_polling_arrives_within_milliseconds(
         while not records and time.monotonic() < deadline:
             records = consumer.poll(timeout_ms=1000)
         received = time.perf_counter()
-        thread.join()
+        thread.join(30)
+        assert not thread.is_alive(), "the sender thread did not end"
+        if errors:
+            raise errors[0]
         assert [r.value for r in records[tp]] == [f"ping{i}".encode()]
         latencies.append(received - sent[0])
     assert sorted(latencies)[1] < 0.2, latencies

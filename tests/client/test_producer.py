@@ -531,7 +531,9 @@ def test_a_killed_leader_is_retried_until_it_is_back(shared_cluster, make_topic,
         producer.send(topic, b"before-%d" % i)
     producer.flush(timeout=30)
     leader = shared_cluster.topic_metadata(topic).partitions[0].leader_handle
-    ray.kill(leader, no_restart=False)  # Ray restarts it; it recovers its log from disk
+    # Ray restarts it; it recovers its log from disk. Sent once its process is gone, the
+    # batches meet the restarting leader: they succeed only through retries.
+    kill_and_wait(leader, no_restart=False)
     futures = [producer.send(topic, b"after-%d" % i) for i in range(100)]
     producer.flush(timeout=60)
     assert all(f.succeeded() for f in futures)

@@ -70,7 +70,11 @@ class Loop:
 
     async def _close(self) -> None:
         self.server.close()
-        await asyncio.sleep(0.05)  # the connections' handlers see their end
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while self.server._writers:  # the connections' handlers see their end
+            assert loop.time() < deadline, f"{len(self.server._writers)} handlers still run"
+            await asyncio.sleep(0.005)
 
 
 @pytest.fixture
