@@ -59,18 +59,25 @@ def fetch_all(cluster: rs.Cluster, topic: str, partition: int = 0) -> list[bytes
     return response.records.column("value").to_pylist()
 
 
-def wait_until_leader(handle, old_pid: int, timeout_s: float = 60) -> None:
-    """Wait until the restarted replica (a new process) serves as leader again."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        try:
-            state = ray.get(handle.state.remote(), timeout=5)
-            if state["pid"] != old_pid and state["role"] == "leader":
-                return
-        except Exception:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("the replica did not become leader again")
+def wait_until_leader(wait_until, handle, old_pid: int, timeout_s: float = 60) -> None:
+    """Wait (with the ``wait_until`` fixture) until the restarted replica (a new
+    process) serves as leader again.
+
+    Only Ray's errors (the actor restarting, a slow answer) mean "not yet"; the last
+    state or error seen is named on timeout.
+    """
+
+    def leads_again() -> dict | None:
+        state = ray.get(handle.state.remote(), timeout=5)
+        return state if state["pid"] != old_pid and state["role"] == "leader" else None
+
+    wait_until(
+        leads_again,
+        timeout_s,
+        f"the replica (was pid {old_pid}) to lead again",
+        interval_s=0.1,
+        retry_on=(ray.exceptions.RayError,),
+    )
 
 
 def test_topics_are_created_described_listed_and_deleted(cluster: rs.Cluster) -> None:
@@ -179,14 +186,12 @@ def test_replicas_answer_bad_requests_with_errors_and_stay_alive(shared) -> None
     assert fetch_all(shared, "safe") == [b"still fine"]
 
 
-def test_a_waiting_fetch_returns_within_milliseconds_of_a_produce(shared) -> None:
+def test_a_waiting_fetch_returns_within_milliseconds_of_a_produce(shared, holds_for) -> None:
     shared.admin().create_topic("live")
     leader = shared.topic_metadata("live").partitions[0].leader_handle
     ray.get(leader.ping.remote())
     waiting = leader.fetch.remote(0, 1 << 20, 5000)
-    time.sleep(0.3)
-    ready, _ = ray.wait([waiting], timeout=0)
-    assert not ready, "the fetch should wait for data"
+    holds_for(lambda: not ray.wait([waiting], timeout=0)[0], 0.3, "the fetch waiting for data")
     produced_at = time.perf_counter()
     produce(shared, "live", [b"now"])
     response = ray.get(waiting)
@@ -248,7 +253,9 @@ def wait_for_new_process(actor: Any, old_pid: int) -> float:
     raise AssertionError(f"{actor} did not come back within 60 s")
 
 
-def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_serving(cluster) -> None:
+def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_serving(
+    cluster, chaos
+) -> None:
     admin = cluster.admin()
     admin.create_topic("steady")
     before = [cluster.call("init_producer_id") for _ in range(3)]
@@ -256,19 +263,25 @@ def test_a_killed_controller_restarts_with_its_metadata_while_leaders_keep_servi
     leader = cluster.topic_metadata("steady").partitions[0].leader_handle
     controller = ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
     old_pid = ray.get(controller.ping.remote())
-    ray.kill(controller, no_restart=False)
-    # The data path does not go through the controller: the cached leader serves.
     schema = cluster.topic_metadata("steady").record_schema
     batch = build_batch(schema, [None], [b"during"], [1], None)
+    chaos.kill_actor(controller, "the controller")
+    chaos.confirm()  # Ray counted the restart: the old process is gone
+    # The data path does not go through the controller: the cached leader serves.
+    before = chaos.actor_info(controller)
+    assert before["State"] == "RESTARTING", f"the controller was back too soon: {before}"
     assert ray.get(leader.produce.remote(batch, 1)).error_code == 0
+    after = chaos.actor_info(controller)
+    assert after["State"] == "RESTARTING", f"the controller was back before the produce: {after}"
     wait_for_new_process(controller, old_pid)
+    chaos.verify()
     assert admin.list_topics() == ["steady"]
     assert ray.get(leader.fetch.remote(0)).records.column("value").to_pylist() == [b"during"]
     # Producer ids never repeat: the restarted controller skips the reserved block.
     assert cluster.call("init_producer_id") == (PRODUCER_ID_BLOCK_SIZE, 0)
 
 
-def test_a_producer_keeps_sending_while_the_controller_restarts(cluster) -> None:
+def test_a_producer_keeps_sending_while_the_controller_restarts(cluster, chaos) -> None:
     # metadata_max_age_ms=0: the producer asks the controller for metadata all the
     # time; refreshes that meet the restarting controller must not hold up sends to
     # the leaders it already knows.
@@ -278,9 +291,10 @@ def test_a_producer_keeps_sending_while_the_controller_restarts(cluster) -> None
         assert producer.send("busy", b"warm", partition=1).get(30).offset == 0
         controller = ray.get_actor(CONTROLLER_NAME, namespace=cluster.namespace)
         old_pid = ray.get(controller.ping.remote())
-        ray.kill(controller, no_restart=False)
-        killed = time.monotonic()
-        time.sleep(0.2)  # refreshes now meet the restarting controller
+        killed = chaos.kill_actor(controller, "the controller").at
+        chaos.confirm()  # Ray counted the restart: refreshes now meet a restarting controller
+        state = chaos.actor_info(controller)["State"]
+        assert state == "RESTARTING", f"the controller was back before the sends: {state}"
         futures = [producer.send("busy", b"%d" % i, partition=i % 2) for i in range(100)]
         producer.flush(timeout=30)
         sent = time.monotonic()
@@ -290,17 +304,18 @@ def test_a_producer_keeps_sending_while_the_controller_restarts(cluster) -> None
             f"sends took until {sent - killed:.2f}s after the kill, the controller "
             f"was back at {back - killed:.2f}s"
         )
+        chaos.verify()
     finally:
         producer.close(timeout=10)
 
 
-def test_a_killed_replica_restarts_and_recovers_its_log(cluster) -> None:
+def test_a_killed_replica_restarts_and_recovers_its_log(cluster, wait_until) -> None:
     cluster.admin().create_topic("phoenix")
     produce(cluster, "phoenix", [b"before"])
     leader = cluster.topic_metadata("phoenix").partitions[0].leader_handle
     old_pid = ray.get(leader.ping.remote())
     ray.kill(leader, no_restart=False)
-    wait_until_leader(leader, old_pid)
+    wait_until_leader(wait_until, leader, old_pid)
     assert fetch_all(cluster, "phoenix") == [b"before"]
 
 

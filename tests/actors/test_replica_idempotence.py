@@ -59,11 +59,18 @@ def test_a_resent_batch_is_written_once_and_answered_with_its_first_offsets(
     assert stored(shared_cluster, topic) == [b"a", b"b", b"c"]
 
 
-def test_a_batch_ahead_of_its_predecessor_waits_for_it(shared_cluster, make_topic) -> None:
+def test_a_batch_ahead_of_its_predecessor_waits_for_it(
+    shared_cluster, make_topic, holds_for
+) -> None:
     topic = make_topic()
     later = produce_ref(shared_cluster, topic, [b"2", b"3"], 12, 0, 2)
-    time.sleep(0.2)  # parked at the leader, not written
-    assert stored(shared_cluster, topic) == []
+    # Parked at the leader, not written: neither answered nor stored throughout a window
+    # (the replica shows no count of parked batches that the test could wait for).
+    holds_for(
+        lambda: not ray.wait([later], timeout=0)[0] and stored(shared_cluster, topic) == [],
+        0.3,
+        "the later batch unanswered and unwritten",
+    )
     earlier = produce(shared_cluster, topic, [b"0", b"1"], 12, 0, 0)
     answer = ray.get(later, timeout=30)
     assert (earlier.base_offset, answer.base_offset) == (0, 2)
@@ -103,7 +110,7 @@ def test_malformed_producer_fields_are_refused_naming_them(shared_cluster, make_
 
 
 def test_a_restarted_leader_rebuilds_its_producer_state_from_snapshot_and_log(
-    shared_cluster, make_topic
+    shared_cluster, make_topic, chaos
 ) -> None:
     topic = make_topic()
     for i in range(5):
@@ -114,7 +121,8 @@ def test_a_restarted_leader_rebuilds_its_producer_state_from_snapshot_and_log(
         assert time.monotonic() < deadline, "no producer-state snapshot was written"
         time.sleep(0.2)  # the replica's housekeeping writes one within a second
     produce(shared_cluster, topic, [b"5"], 16, 0, 5)  # after the snapshot: in the log only
-    ray.kill(leader(shared_cluster, topic), no_restart=False)
+    chaos.kill_actor(leader(shared_cluster, topic), "the leader")
+    chaos.confirm()  # Ray counted the restart: no produce below meets the old process
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -129,3 +137,4 @@ def test_a_restarted_leader_rebuilds_its_producer_state_from_snapshot_and_log(
     assert produce(shared_cluster, topic, [b"3"], 16, 0, 3).base_offset == 3
     assert produce(shared_cluster, topic, [b"6"], 16, 0, 6).base_offset == 6
     assert stored(shared_cluster, topic) == [b"%d" % i for i in range(7)]
+    chaos.verify()  # and it came back in a new process
