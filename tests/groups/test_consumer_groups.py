@@ -199,7 +199,9 @@ def test_a_stale_member_cannot_commit(make_topic, consumers):
     assert fresh.committed(tp) == 1
 
 
-def test_committed_offsets_survive_a_coordinator_restart(shared_cluster, make_topic, consumers):
+def test_committed_offsets_survive_a_coordinator_restart(
+    shared_cluster, make_topic, consumers, chaos
+):
     topic = make_topic(partitions=1)
     produce(shared_cluster, topic, 10)
     tp = TopicPartition(topic, 0)
@@ -207,8 +209,10 @@ def test_committed_offsets_survive_a_coordinator_restart(shared_cluster, make_to
     drive([member], lambda: len(member.assignment()) == 1)
     member.commit({tp: 5})
     coordinator = ray.get_actor(COORDINATOR_NAME, namespace=shared_cluster.namespace)
-    ray.kill(coordinator, no_restart=False)
+    chaos.kill_actor(coordinator, "the group coordinator")
+    chaos.confirm()  # Ray counted the restart: the old coordinator cannot answer below
     assert member.committed(tp) == 5  # retried until the restarted coordinator answers
+    chaos.verify()  # it did come back in a new process
     member.commit({tp: 6})  # the restored group still knows the member and generation
     member.close()
     again = consumers(topic, group_id="durable")
@@ -244,14 +248,21 @@ class _ActorMember:
             topic, group_id=group_id, auto_offset_reset="earliest", **LONG_SESSION
         )
         self.owned: list[int] = []
+        self.error: BaseException | None = None
         threading.Thread(target=self._poll, daemon=True).start()
 
     def _poll(self) -> None:
-        while True:
-            self.consumer.poll(timeout_ms=50)
-            self.owned = sorted(tp.partition for tp in self.consumer.assignment())
+        try:
+            while True:
+                self.consumer.poll(timeout_ms=50)
+                self.owned = sorted(tp.partition for tp in self.consumer.assignment())
+        except BaseException as error:  # recorded: partitions() raises it
+            self.error = error
 
     def partitions(self) -> list[int]:
+        """The partitions owned; raises the poll thread's error if it ended on one."""
+        if self.error is not None:
+            raise self.error
         return self.owned
 
 

@@ -3,7 +3,6 @@ its restart, from what ``__transaction_state`` says."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import random
@@ -12,7 +11,6 @@ import time
 from typing import Any
 
 import pytest
-import ray
 
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
@@ -29,7 +27,7 @@ def describe(cluster: Any, tid: str) -> dict:
 
 @pytest.mark.parametrize("commit", [True, False])
 def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart(
-    shared_cluster, make_topic, commit, txn_id, read_all, transactional
+    shared_cluster, make_topic, commit, txn_id, read_all, transactional, chaos, wait_until
 ) -> None:
     topic = make_topic(partitions=3)
     tid = txn_id()
@@ -41,7 +39,8 @@ def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart
     meta = TransactionMetadata.from_dict(tid, describe(shared_cluster, tid))
     assert meta.state is TxnState.ONGOING and len(meta.partitions) == 3
     # The coordinator dies right after persisting the outcome, before any marker.
-    ray.kill(shared_cluster.transaction_coordinator(), no_restart=True)
+    chaos.kill_actor(shared_cluster.transaction_coordinator(), "the coordinator", restart=False)
+    chaos.verify()  # dead for good before the outcome is written
     prepared = dataclasses.replace(
         meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     )
@@ -52,19 +51,21 @@ def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart
             partition=partition_for(tid, 1),
         )
     # A new coordinator (the controller starts it on first use) loads and resumes.
-    deadline = time.monotonic() + 60
-    while describe(shared_cluster, tid)["state"] != (
-        "CompleteCommit" if commit else "CompleteAbort"
-    ):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    outcome = "CompleteCommit" if commit else "CompleteAbort"
+    wait_until(
+        lambda: describe(shared_cluster, tid)["state"] == outcome,
+        60,
+        f"the new coordinator to complete the transaction ({outcome})",
+        interval_s=0.2,
+        detail=lambda: describe(shared_cluster, tid),
+    )
     expected = sorted(f"v{p}".encode() for p in range(3)) if commit else []
     assert sorted(read_all(shared_cluster, topic, "read_committed", 3)) == expected
     producer.close()
 
 
 def test_markers_written_again_after_a_restart_leave_the_carried_transaction_alone(
-    shared_cluster, make_topic, read_all, transactional
+    shared_cluster, make_topic, read_all, transactional, chaos, wait_until
 ) -> None:
     """A restarted coordinator finds the last end in Prepare* and writes its markers
     again. The carried next transaction already wrote there under the next epoch, so
@@ -77,11 +78,15 @@ def test_markers_written_again_after_a_restart_leave_the_carried_transaction_alo
     producer.commit_transaction()
     producer.begin_transaction()
     producer.send(topic, b"two").get()  # the carried transaction: no coordinator call
-    ray.kill(shared_cluster.transaction_coordinator(), no_restart=True)
-    deadline = time.monotonic() + 60
-    while describe(shared_cluster, tid)["state"] != "Ongoing":  # resumed and completed
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    chaos.kill_actor(shared_cluster.transaction_coordinator(), "the coordinator", restart=False)
+    chaos.verify()  # dead for good: the describe below starts a new one
+    wait_until(  # resumed and completed
+        lambda: describe(shared_cluster, tid)["state"] == "Ongoing",
+        60,
+        "the new coordinator to end the last transaction and carry the next",
+        interval_s=0.2,
+        detail=lambda: describe(shared_cluster, tid),
+    )
     assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
     producer.abort_transaction()
     producer.close()
@@ -90,7 +95,7 @@ def test_markers_written_again_after_a_restart_leave_the_carried_transaction_alo
 
 
 def test_transactions_survive_coordinator_crashes_at_random_points(
-    shared_cluster, make_topic, read_all, transactional
+    shared_cluster, make_topic, read_all, transactional, chaos, wait_until
 ) -> None:
     """Ray restarts the killed coordinator; every transaction ends all or nothing."""
     topic = make_topic(partitions=2)
@@ -98,29 +103,33 @@ def test_transactions_survive_coordinator_crashes_at_random_points(
     stop = threading.Event()
 
     rng = random.Random(6)
-    kills: list[float] = []
-    errors: list[BaseException] = []
 
     def kill_now_and_then() -> None:
-        """Kill the coordinator at a random moment once it has loaded, again and again."""
-        try:
-            while len(kills) < 4 and not stop.wait(rng.uniform(0.1, 1.2)):
-                handle = shared_cluster.transaction_coordinator(refresh=True)
-                ray.kill(handle, no_restart=False)
-                kills.append(time.monotonic())
-                with contextlib.suppress(Exception):  # back once it answers
-                    ray.get(handle.ping.remote(), timeout=60)
-        except BaseException as error:
-            errors.append(error)
+        """Kill the coordinator at a random moment once it is back, four times."""
+        while len(chaos.kills) < 4 and not stop.wait(rng.uniform(0.1, 1.2)):
+            handle = shared_cluster.transaction_coordinator(refresh=True)
+            kill = chaos.kill_actor(handle, "the transaction coordinator")
 
-    killer = threading.Thread(target=kill_now_and_then, daemon=True)
-    killer.start()
+            def back(handle: Any = handle, pid: int = kill.pid) -> bool:
+                info = chaos.actor_info(handle)
+                return info["State"] == "ALIVE" and info["Pid"] != pid
+
+            wait_until(
+                back,
+                60,
+                f"the coordinator back from kill {len(chaos.kills)} (it was pid {kill.pid})",
+                detail=lambda handle=handle: chaos.actor_info(handle),
+            )
+
+    killer = chaos.background(kill_now_and_then, "coordinator killer")
     committed = []
+    spans: list[tuple[float, float]] = []  # each transaction, begin to end
     deadline = time.monotonic() + 180
     try:
         for i in itertools.count():  # until the killer is done (its four kills)
             if (not killer.is_alive() and i >= 6) or time.monotonic() > deadline:
                 break
+            began = time.monotonic()
             producer.begin_transaction()
             producer.send(topic, f"t{i}-a".encode(), partition=0)
             producer.send(topic, f"t{i}-b".encode(), partition=1)
@@ -129,12 +138,14 @@ def test_transactions_survive_coordinator_crashes_at_random_points(
             else:
                 producer.commit_transaction()
                 committed.append(i)
+            spans.append((began, time.monotonic()))
     finally:
         stop.set()
-        killer.join()
-    assert not errors
+        killer.join(90)
+    kills = chaos.verify(min_faults=4)
+    inside = [k for k in kills if any(b < k.at < e for b, e in spans)]
+    assert len(inside) >= 3, f"of {len(kills)} kills only {inside} came inside a transaction"
     producer.close()
-    assert len(kills) >= 3
     values = read_all(shared_cluster, topic, "read_committed", 2)
     expected = [f"t{i}-{s}".encode() for i in committed for s in "ab"]
     assert sorted(values) == sorted(expected)
