@@ -192,7 +192,7 @@ class GroupCoordinator:
                 if after <= position:
                     return
                 position = after
-        except RaystreamError as error:  # best effort: members of a forgotten rebalance rejoin
+        except Exception as error:  # best effort: members of a forgotten rebalance rejoin
             logger.warning("memberships past the last stable offset not loaded: %s", error)
 
     async def check_txn_offsets(self, group_id: str, member_id: str, generation: int) -> Result:

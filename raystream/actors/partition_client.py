@@ -50,7 +50,7 @@ from raystream.protocol import (
     Result,
     TopicMetadata,
 )
-from raystream.transport import DEAD_ACTOR_ERRORS, call, is_lost_call_error
+from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, call
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -148,21 +148,21 @@ class PartitionClient:
 
     # ------------------------------------------------------------------ requests
 
-    async def produce(
-        self, tp: TopicPartition, batch: pa.RecordBatch, timeout_s: float
-    ) -> int:
+    async def produce(self, tp: TopicPartition, batch: pa.RecordBatch, timeout_s: float) -> int:
         """Append ``batch`` (the topic's stored layout) with ``acks=all``; its base offset.
 
-        Retried until ``timeout_s`` passes. Not idempotent: a retry after a lost answer
-        may append the batch twice, which the internal topics' records allow (each is
-        the latest state of its key, written again); callers serialize the writes of
-        one key so that a repeat never lands after a newer record of it.
+        Sent as an Arrow IPC stream, as producers send theirs (a pickled one-row batch
+        costs more to carry). Retried until ``timeout_s`` passes. Not idempotent: a
+        retry after a lost answer may append the batch twice, which the internal topics'
+        records allow (each is the latest state of its key, written again); callers
+        serialize the writes of one key so that a repeat never lands after a newer
+        record of it.
 
         Raises:
             RaystreamTimeoutError: not acknowledged within ``timeout_s``.
             RaystreamError: a non-retriable refusal.
         """
-        data = b"".join(bytes(piece) for piece in self._encoder.payload(batch, None))
+        data = b"".join(self._encoder.payload(batch, None))
         deadline = time.monotonic() + timeout_s
         answer = await self._request(tp, deadline, "produce", data, "all", int(timeout_s * 1000))
         return answer.base_offset
@@ -235,9 +235,7 @@ class PartitionClient:
             self._leaders.pop(tp, None)
         return error
 
-    async def _request(
-        self, tp: TopicPartition, deadline: float, method: str, *args: Any
-    ) -> Any:
+    async def _request(self, tp: TopicPartition, deadline: float, method: str, *args: Any) -> Any:
         """Call ``method(*args)`` on the leader of ``tp`` until it answers without a
         retriable error or ``deadline`` (a ``time.monotonic()`` value) passes.
 
@@ -284,16 +282,12 @@ class PartitionClient:
 
         Raises:
             BrokerNotAvailableError: the leader died, cannot be reached, or the call was
-                lost (retriable: the metadata is refreshed first).
+                lost inside Ray (retriable: the metadata is refreshed first).
         """
         try:
             return await asyncio.wrap_future(call(leader, method, *args))
-        except DEAD_ACTOR_ERRORS as error:
-            raise BrokerNotAvailableError(f"{method}: the leader is gone ({error})") from None
-        except Exception as error:
-            if is_lost_call_error(error):
-                raise BrokerNotAvailableError(f"{method} was lost: {error}") from None
-            raise
+        except CALL_ERRORS as error:  # dead, restarting, unreachable, or the call lost
+            raise BrokerNotAvailableError(f"{method} to the leader failed: {error}") from None
 
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "PartitionClient"]
