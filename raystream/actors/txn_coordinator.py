@@ -60,9 +60,11 @@ from raystream.actors.partition_client import (
     PartitionClient,
 )
 from raystream.errors import (
+    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
+    RaystreamError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -132,10 +134,26 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ startup
 
     async def _ready(self) -> None:
-        """Load the ids from ``__transaction_state`` once, before the first request."""
-        if self._loading is None:
+        """Load the ids from ``__transaction_state`` once, before the first request.
+
+        A load that failed (its partitions unreachable for too long) is tried again by
+        the next request.
+
+        Raises:
+            CoordinatorNotAvailableError: the load failed (retriable).
+        """
+        if self._loading is None or (
+            self._loading.done()
+            and (self._loading.cancelled() or self._loading.exception() is not None)
+        ):
             self._loading = asyncio.ensure_future(self._load())
-        await asyncio.shield(self._loading)
+        try:
+            await asyncio.shield(self._loading)
+        except RaystreamError as error:
+            raise CoordinatorNotAvailableError(
+                f"the transaction coordinator could not load {TRANSACTION_STATE_TOPIC} yet: "
+                f"{error}"
+            ) from error
 
     async def _load(self) -> None:
         self._loop = asyncio.get_running_loop()
