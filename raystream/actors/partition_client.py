@@ -98,9 +98,12 @@ class PartitionClient:
                     self._controller = await asyncio.to_thread(
                         ray.get_actor, CONTROLLER_NAME, namespace=self._namespace
                     )
-                answer = await getattr(self._controller, method).remote(*args)
+                answer = await asyncio.wait_for(
+                    getattr(self._controller, method).remote(*args),
+                    max(deadline - time.monotonic(), 0.001),
+                )
                 break
-            except (ValueError, *DEAD_ACTOR_ERRORS) as error:  # gone, or restarting
+            except (ValueError, TimeoutError, *DEAD_ACTOR_ERRORS) as error:  # gone, restarting
                 self._controller = None
                 if time.monotonic() + pause >= deadline:
                     raise BrokerNotAvailableError(
@@ -123,8 +126,12 @@ class PartitionClient:
             return cached
         (metadata,) = await self.controller_call("metadata", [topic])
         self._metadata[topic] = metadata
-        for partition in metadata.partitions:
-            self._leaders.pop(TopicPartition(topic, partition.partition), None)
+        for partition in metadata.partitions:  # the leaders are as fresh as the metadata
+            tp = TopicPartition(topic, partition.partition)
+            if partition.leader_handle is None:
+                self._leaders.pop(tp, None)
+            else:
+                self._leaders[tp] = partition.leader_handle
         return metadata
 
     async def _leader(self, tp: TopicPartition) -> Any:
@@ -143,7 +150,6 @@ class PartitionClient:
         leader = metadata.partitions[tp.partition].leader_handle
         if leader is None:
             raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
-        self._leaders[tp] = leader
         return leader
 
     # ------------------------------------------------------------------ requests
