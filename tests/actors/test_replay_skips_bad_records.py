@@ -96,6 +96,7 @@ def test_a_bad_record_in_consumer_offsets_is_skipped_and_logged(shared_cluster, 
     cluster = shared_cluster
     topic = make_topic()
     tp = TopicPartition(topic, 0)
+    assert cluster.coordinator_call("ping")  # started and loaded (may be slow)
     commit(cluster, "before-the-bad-records", tp, 5)
     bad = [
         (b"not json", b"{}"),
@@ -139,6 +140,7 @@ def test_a_bad_record_in_transaction_state_is_skipped_and_logged(
 ):
     cluster = shared_cluster
     topic = make_topic()
+    assert cluster.transaction_coordinator_call("ping")  # started and loaded (may be slow)
     first = transactional(cluster, f"first-{topic}")
     first.begin_transaction()
     first.send(topic, b"one")
