@@ -58,14 +58,16 @@ def actor_info(handle: Any) -> dict[str, Any]:
     return state.actors(actor_id=handle._actor_id.hex())
 
 
-def restart(handle: Any) -> None:
-    """Kill the actor; Ray restarts it. Returns once the restarted actor answers."""
-    before = actor_info(handle)["NumRestarts"]
-    ray.kill(handle, no_restart=False)
+def restart(coordinator: Any) -> None:
+    """Kill the coordinator; Ray restarts it. Returns once the restarted one has loaded
+    (its ``ping`` waits for the load, and fails if the load does)."""
+    before = actor_info(coordinator)["NumRestarts"]
+    ray.kill(coordinator, no_restart=False)
     deadline = time.monotonic() + 120
-    while actor_info(handle)["NumRestarts"] <= before or actor_info(handle)["State"] != "ALIVE":
-        assert time.monotonic() < deadline, f"{handle} was not restarted: {actor_info(handle)}"
+    while (info := actor_info(coordinator))["NumRestarts"] <= before or info["State"] != "ALIVE":
+        assert time.monotonic() < deadline, f"{coordinator} was not restarted: {info}"
         time.sleep(0.1)
+    assert ray.get(coordinator.ping.remote(), timeout=300)
 
 
 def wait_for_log(handle: Any, *texts: str) -> str:
