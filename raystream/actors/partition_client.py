@@ -1,4 +1,4 @@
-"""The server actors' client for partitions: produce, fetch and list offsets, nothing else.
+"""The server actors' client for partitions: produce, fetch, list offsets, write markers.
 
 The coordinators keep their state in internal topics (``__consumer_offsets``,
 ``__transaction_state``), and the transaction coordinator writes markers to the
