@@ -67,7 +67,13 @@ def restart(coordinator: Any) -> None:
     while (info := actor_info(coordinator))["NumRestarts"] <= before or info["State"] != "ALIVE":
         assert time.monotonic() < deadline, f"{coordinator} was not restarted: {info}"
         time.sleep(0.1)
-    assert ray.get(coordinator.ping.remote(), timeout=300)
+    while True:  # this process may not know yet that the restart is done
+        try:
+            assert ray.get(coordinator.ping.remote(), timeout=300)
+            return
+        except ray.exceptions.ActorUnavailableError:
+            assert time.monotonic() < deadline + 300, f"{coordinator} never answered"
+            time.sleep(0.1)
 
 
 def wait_for_log(handle: Any, *texts: str) -> str:
