@@ -8,15 +8,25 @@ with an error code that becomes one of :mod:`raystream.errors`.
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any
 
 import pyarrow as pa
 
-from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.errors import InvalidRequestError
+from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.transport import call, outcome
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
+
+
+def _call_timeout_s(timeout_ms: int | None) -> float:
+    """How long to wait for the controller's answer to a call that may wait
+    ``timeout_ms`` itself (the controller answers the timeout first)."""
+    if isinstance(timeout_ms, int) and timeout_ms > 0:
+        return max(CONTROL_TIMEOUT_S, timeout_ms / 1000 + 60)
+    return CONTROL_TIMEOUT_S
 
 
 class Admin:
@@ -37,12 +47,22 @@ class Admin:
         replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
         schema: pa.Schema | None = None,
+        timeout_ms: int | None = None,
     ) -> TopicDescription:
         """Create a topic; a ``schema`` makes a typed topic whose values are columns.
+
+        Returns once every replica serves. The topic is created whole or not at all:
+        other clients do not see it before then, and a creation that fails or takes
+        longer than ``timeout_ms`` (kafka-python's name; default 120 s) is rolled back,
+        so the name can be used again at once.
 
         Raises:
             TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
             InvalidReplicationFactorError, InvalidConfigError: naming the bad value.
+            InvalidTopicError also for names starting with "__" (internal topics);
+            InvalidPartitionsError also for more partitions than the nodes can hold
+            (the broker's ``max.replicas.per.node``).
+            RaystreamTimeoutError: the replicas did not all start within ``timeout_ms``.
         """
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidRequestError(
@@ -52,12 +72,20 @@ class Admin:
             raise InvalidRequestError("schema has no fields")
         serialized = None if schema is None else schema.serialize().to_pybytes()
         self.cluster.call(
-            "create_topic", name, partitions, replication_factor, config or {}, serialized
+            "create_topic",
+            name,
+            partitions,
+            replication_factor,
+            config or {},
+            serialized,
+            timeout_ms,
+            timeout_s=_call_timeout_s(timeout_ms),
         )
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data."""
+        """Delete a topic and all its data (internal topics are refused with
+        InvalidTopicError)."""
         self.cluster.call("delete_topic", name)
         self.cluster.forget(name)
 
@@ -69,14 +97,25 @@ class Admin:
         """Partitions (leader, replicas, ISR, epoch, offsets) and effective config."""
         return self.cluster.call("describe_topic", name)
 
-    def create_partitions(self, name: str, total: int) -> TopicDescription:
-        """Grow ``name`` to ``total`` partitions (keyed records may map elsewhere after)."""
-        self.cluster.call("create_partitions", name, total)
+    def create_partitions(
+        self, name: str, total: int, timeout_ms: int | None = None
+    ) -> TopicDescription:
+        """Grow ``name`` to ``total`` partitions (keyed records may map elsewhere after).
+
+        As with :meth:`create_topic`, the new partitions appear once all their replicas
+        serve, or are rolled back after a failure or ``timeout_ms``. Internal topics are
+        refused (InvalidTopicError).
+        """
+        self.cluster.call(
+            "create_partitions", name, total, timeout_ms, timeout_s=_call_timeout_s(timeout_ms)
+        )
         self.cluster.forget(name)
         return self.describe_topic(name)
 
     def alter_topic_config(self, name: str, config: dict[str, Any]) -> dict[str, Any]:
-        """Change topic config keys (Kafka's dotted names); returns the effective config."""
+        """Change topic config keys (Kafka's dotted names); returns the effective config.
+
+        Internal topics are refused (InvalidTopicError): the broker config sizes them."""
         effective = self.cluster.call("alter_topic_config", name, config)
         self.cluster.forget(name)
         return effective
@@ -201,3 +240,43 @@ class Admin:
 
     def close(self) -> None:
         """Nothing to release; kept for kafka-python compatibility."""
+
+    def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int = 30_000
+    ) -> dict[TopicPartition, int]:
+        """Delete the records of each partition below the given offset (Kafka's
+        DeleteRecords): its log start offset moves there, so they are never served
+        again and whole segments below it free their disk. -1 means the high watermark.
+
+        Returns each partition's new log start offset (Kafka's low watermark). A leader
+        that moves or restarts is found again until ``timeout_ms`` has passed.
+
+        Raises:
+            OffsetOutOfRangeError: an offset is above the partition's high watermark.
+            UnknownTopicOrPartitionError: no such topic or partition.
+            InvalidRequestError: an offset below -1 or not an integer.
+            RaystreamTimeoutError: a partition's leader did not answer within the time.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        result: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            while True:
+                # A partition that does not exist fails here, without a retry.
+                leader = self.cluster.require_partition(tp.topic, tp.partition).leader_handle
+                try:
+                    if leader is None:
+                        raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                    remaining = max(deadline - time.monotonic(), 0.001)
+                    answer = outcome(
+                        call(leader, "delete_records", offset),
+                        remaining,
+                        f"delete_records of {tp.topic}-{tp.partition}",
+                    )
+                    result[tp] = answer.unwrap()
+                    break
+                except RaystreamError as error:
+                    if not error.retriable or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.1)
+                    self.cluster.forget(tp.topic)
+        return result
