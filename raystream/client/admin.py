@@ -15,9 +15,9 @@ import pyarrow as pa
 
 from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.client.transport import call, outcome
 from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.transport import call, outcome
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 

@@ -44,7 +44,6 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster
-from raystream.client.transport import call, finished, outcome
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -54,6 +53,7 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.transport import call, finished, outcome
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
