@@ -16,6 +16,7 @@ from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
 from raystream.errors import InvalidRequestError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.requests import DescribeGroupRequest, ListGroupsRequest, ResetOffsetsRequest
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 
@@ -106,7 +107,7 @@ class Admin:
 
     def list_groups(self) -> list[str]:
         """Ids of the consumer groups with members or committed offsets, sorted."""
-        return self.cluster.coordinator_call("list_groups")
+        return self.cluster.coordinator_call(ListGroupsRequest())
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """A consumer group's state, generation, members' partitions, offsets and lag.
@@ -116,7 +117,7 @@ class Admin:
         Raises:
             GroupIdNotFoundError: no such group.
         """
-        info = self.cluster.coordinator_call("describe_group", group_id)
+        info = self.cluster.coordinator_call(DescribeGroupRequest(group_id))
         offsets: dict[TopicPartition, int] = info["offsets"]
         ends = self._offsets_of(sorted(offsets), LATEST_TIMESTAMP)
         return GroupDescription(
@@ -173,8 +174,8 @@ class Admin:
                 f"reset_offsets to={to!r}: use 'earliest', 'latest', an offset >= 0, a "
                 "datetime or {partition: offset}"
             )
-        items = [(tp.topic, tp.partition, offset, "") for tp, offset in offsets.items()]
-        self.cluster.coordinator_call("reset_offsets", group_id, items)
+        items = tuple((tp.topic, tp.partition, offset, "") for tp, offset in offsets.items())
+        self.cluster.coordinator_call(ResetOffsetsRequest(group_id, items))
         return offsets
 
     def _offsets_of(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:

@@ -30,6 +30,7 @@ import pyarrow as pa
 from raystream.client.transport import wait_result
 from raystream.data.offsets import PartitionRange
 from raystream.errors import LeaderNotAvailableError, RaystreamError, RaystreamTimeoutError
+from raystream.requests import FetchRequest
 
 FETCH_MAX_BYTES = 8 << 20
 """Bytes one fetch asks the leader for (at least one whole stored batch comes back)."""
@@ -102,8 +103,16 @@ class _Fetch:
         metadata = self.cluster.topic_metadata(self.part.topic).partitions[self.part.partition]
         if metadata.leader_handle is None:
             return None
-        return metadata.leader_handle.fetch.remote(
-            offset, FETCH_MAX_BYTES, 0, 1, self.part.isolation_level
+        return metadata.leader_handle.handle.remote(
+            FetchRequest(
+                self.part.topic,
+                self.part.partition,
+                offset,
+                FETCH_MAX_BYTES,
+                0,
+                1,
+                self.part.isolation_level,
+            )
         )
 
     def receive(self, ref: Any, offset: int) -> tuple[pa.Table, int]:
