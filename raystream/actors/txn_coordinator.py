@@ -243,7 +243,9 @@ class TransactionCoordinator:
     async def _add_partitions(self, request: AddPartitionsToTxnRequest) -> Result:
         """Add partitions to the producer's transaction (starting one if needed)."""
         await self._ready()
-        await self._add(request, [tuple(p) for p in request.partitions])
+        added = [tuple(p) for p in request.partitions]
+        await self._check_partitions(added)
+        await self._add(request, added)
         return Result()
 
     async def _add(
@@ -281,6 +283,7 @@ class TransactionCoordinator:
         carried = [tuple(p) for p in request.carry]
         async with self._lock(request.transactional_id):
             meta = self._meta(request.transactional_id)
+            await self._check_partitions([p for p in carried if p not in meta.partitions])
             new_id = None
             if carried and rules.needs_new_producer_id(meta):
                 new_id, _ = await asyncio.to_thread(self._new_producer_id)
@@ -312,6 +315,23 @@ class TransactionCoordinator:
         """Liveness check (and load trigger)."""
         await self._ready()
         return True
+
+    async def _check_partitions(self, partitions: list[Any]) -> None:
+        """Refuse partitions that do not exist, as Kafka's AddPartitionsToTxn does: a
+        transaction's end writes a marker to each of its partitions, and a marker for a
+        partition that never existed could never be written.
+
+        Raises:
+            UnknownTopicOrPartitionError: naming the first such partition.
+        """
+        for topic in sorted({topic for topic, _ in partitions}):
+            metadata = await asyncio.to_thread(self._cluster.topic_metadata, topic)
+            for name, partition in partitions:
+                if name == topic and partition >= len(metadata.partitions):
+                    raise UnknownTopicOrPartitionError(
+                        f"{topic}-{partition} does not exist ({topic!r} has "
+                        f"{len(metadata.partitions)} partitions)"
+                    )
 
     # ---------------------------------------------------------------- two phases
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import ray
 
+from raystream.requests import DescribeTransactionRequest
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
     TRANSACTION_STATE_TOPIC,
@@ -24,7 +25,7 @@ from raystream.types import TopicPartition
 
 
 def describe(cluster: Any, tid: str) -> dict:
-    return cluster.transaction_coordinator_call("describe", tid)
+    return cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
 
 
 @pytest.mark.parametrize("commit", [True, False])

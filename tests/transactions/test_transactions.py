@@ -3,6 +3,7 @@ fencing, offsets committed with the output, timeouts, markers hidden from everyo
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from raystream.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from raystream.requests import DescribeTransactionRequest, EndTxnRequest, ListGroupsRequest
 from raystream.types import TopicPartition
 
 
@@ -180,7 +182,7 @@ def test_an_end_carries_the_written_partitions_into_the_next_transaction(
     tid = producer.config.transactional_id
 
     def coordinator_side() -> tuple[str, set[str], int]:
-        described = shared_cluster.transaction_coordinator_call("describe", tid)
+        described = shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
         topics = {topic for topic, _ in described["partitions"]}
         return described["state"], topics, described["producer_epoch"]
 
@@ -222,10 +224,11 @@ def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
     producer.commit_transaction()
     epoch = producer._txn.producer_epoch
     deadline = time.monotonic() + 10
-    while shared_cluster.transaction_coordinator_call("describe", tid)["state"] == "Ongoing":
+    describe = DescribeTransactionRequest(tid)
+    while shared_cluster.transaction_coordinator_call(describe)["state"] == "Ongoing":
         assert time.monotonic() < deadline, "the carried transaction was never ended"
         time.sleep(0.05)
-    described = shared_cluster.transaction_coordinator_call("describe", tid)
+    described = shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
     assert described["state"] == "CompleteAbort" and described["producer_epoch"] == epoch
     time.sleep(2.5)  # past the timeout: nothing is open, nobody is fenced
     producer.begin_transaction()
@@ -242,15 +245,17 @@ def test_a_retried_end_of_a_carried_transaction_leaves_the_next_one_alone(
     producer = transactional(shared_cluster)
     txn = producer._txn
     tid = producer.config.transactional_id
-    ended = (tid, txn.producer_id, txn.producer_epoch, True, txn._number, [(topic, 0)])
+    ended = EndTxnRequest(
+        tid, txn.producer_id, txn.producer_epoch, True, txn._number, ((topic, 0),)
+    )
     producer.begin_transaction()
     producer.send(topic, b"one").get()
     producer.commit_transaction()
     call = shared_cluster.transaction_coordinator_call
     # The same end again (its answer lost, say) is answered as before, changing nothing.
-    assert tuple(call("end_txn", *ended)) == (txn.producer_id, txn.producer_epoch)
+    assert tuple(call(ended)) == (txn.producer_id, txn.producer_epoch)
     with pytest.raises(InvalidTxnStateError, match="it was committed"):
-        call("end_txn", *ended[:3], False, *ended[4:])
+        call(dataclasses.replace(ended, committed=False))
     producer.begin_transaction()
     producer.send(topic, b"two").get()
     assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
@@ -367,7 +372,7 @@ def test_a_restarted_group_coordinator_keeps_memberships_behind_an_open_transact
     from raystream.groups.offsets_topic import OFFSETS_TOPIC, partition_for
 
     topic = make_topic()
-    shared_cluster.coordinator_call("list_groups")  # creates __consumer_offsets
+    shared_cluster.coordinator_call(ListGroupsRequest())  # creates __consumer_offsets
     partitions = len(shared_cluster.topic_metadata(OFFSETS_TOPIC, True).partitions)
     group = f"held-back-{time.monotonic_ns()}"
     other = next(
