@@ -1,5 +1,8 @@
 """The requests' answers that cross the actor boundary between clients and servers.
 
+The requests themselves are in :mod:`raystream.requests`; each names the answer type
+here that its errors are reported in.
+
 Actors answer with an error code (Kafka's numbering, see :mod:`raystream.errors`) and a
 message instead of raising, so one failed partition never fails a whole call and a
 client can decide per error whether to refresh metadata and retry. Record data travels

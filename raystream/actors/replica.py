@@ -26,8 +26,11 @@ index names without a scan; markers are never returned as records.
 
 A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
 the newest snapshot and the batch headers after it, and asks the controller for its
-role before it serves anything. Every method answers with an error code instead of
-raising, so bad input never kills the actor or touches the log.
+role before it serves anything. Every request (:mod:`raystream.requests`: produce,
+fetch, list offsets, replica fetch, leader epoch, marker) reaches the replica through
+``handle`` and its :class:`~raystream.dispatch.Dispatcher`, over Ray or the direct path:
+checked before anything is touched, answered with an error code instead of raising, so
+bad input never kills the actor or touches the log.
 """
 
 from __future__ import annotations

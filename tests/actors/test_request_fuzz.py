@@ -1,12 +1,14 @@
 """Hostile requests against a live replica and both live coordinators (real Ray).
 
 Hypothesis starts from a well-formed request of every type an actor serves and puts
-hostile values into one to three of its fields (wrong types, None, negative and huge
+hostile values into one or two of its fields (wrong types, None, negative and huge
 numbers, NaN, odd unicode, bytes that are no Arrow stream, a batch of another schema,
-unknown topics and partitions), or sends something that is no request at all, over Ray
-and over the direct path. After each request:
+unknown topics and partitions, values at and just past a field's limits), or sends
+something that is no request at all, over Ray and over the direct path. After each
+request:
 
-- the actor still answers (and is the same process: nothing died and was restarted);
+- the actor still answers (and, checked at the end, is the same process: nothing died
+  and was restarted);
 - a refusal is a specific :class:`~raystream.errors.RaystreamError` subclass with a
   message: neither the base class nor UnknownServerError (an unforeseen failure);
 - a refused request changed nothing: the replica's log start, high watermark and log
@@ -44,7 +46,8 @@ from raystream.types import TopicPartition
 TOPIC = "fuzz"
 GROUP = "fuzz-group"
 TXN = "fuzz-txn"
-EXAMPLES = 60
+EXAMPLES = {"replica": 300, "group": 150, "txn": 150}
+"""Examples per actor: a few seconds each on an idle machine."""
 
 ODD_TEXT = st.text(
     alphabet=st.sampled_from(["\x00", "\u202e", "\ud7ff", "\ufeff", "\U0001f600", "é", "/", "_"]),
@@ -65,6 +68,26 @@ HOSTILE = st.one_of(
     st.dictionaries(ODD_TEXT, st.integers(), max_size=2),
     st.sampled_from(["all", "read_committed", "lz4", "zstd", "group_coordinator", "__x"]),
 )
+
+
+def _near(name: str, value: Any) -> st.SearchStrategy[Any]:
+    """Values of the same kind as a well-formed field's ``value``, at and past its edges:
+    those get past the request's own checks into the handler (waits and timeouts stay
+    short, or the actor would rightly wait for them)."""
+    if isinstance(value, bool):
+        return st.booleans()
+    if name.endswith("_ms"):
+        return st.sampled_from([-1, 1 << 31, 1 << 63]) | st.integers(0, 50)
+    if isinstance(value, int):
+        edges = [-2, -1, 0, 1, value - 1, value + 1, (1 << 31) - 1, (1 << 63) - 1]
+        return st.sampled_from(edges) | st.integers(0, 50)
+    if isinstance(value, str):
+        return st.sampled_from([TOPIC, GROUP, TXN, "__consumer_offsets", "x" * 300]) | ODD_TEXT
+    if isinstance(value, tuple):
+        topics = st.sampled_from([TOPIC, "missing", "__consumer_offsets"])
+        item = st.tuples(topics, st.integers(0, 3))
+        return st.lists(item, max_size=2).map(tuple)
+    return HOSTILE
 
 
 def _pid(actor: Any) -> int:
@@ -165,13 +188,16 @@ def fuzz(live: dict[str, Any], name: str, data: st.DataObject) -> None:
         request: Any = data.draw(HOSTILE, label="not a request")
     else:
         base = data.draw(st.sampled_from(bases), label="request type")
-        fields = [f.name for f in dataclasses.fields(base)]
+        # The request's own fields first, the topic and partition (common to all) last:
+        # Hypothesis draws the first choices most.
+        fields = [f.name for f in reversed(dataclasses.fields(base))]
         chosen = (
-            data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=3, unique=True))
+            data.draw(st.lists(st.sampled_from(fields), min_size=1, max_size=2, unique=True))
             if fields
             else []
         )
-        request = dataclasses.replace(base, **{f: data.draw(HOSTILE, label=f) for f in chosen})
+        values = {f: data.draw(_near(f, getattr(base, f)) | HOSTILE, label=f) for f in chosen}
+        request = dataclasses.replace(base, **values)
     before = state()
     answer = _ask(actor, request, direct)
     error = answer.error()
@@ -180,33 +206,33 @@ def fuzz(live: dict[str, Any], name: str, data: st.DataObject) -> None:
         assert type(error) not in (RaystreamError, UnknownServerError), (request, answer)
         assert answer.message, (request, answer)
         assert _same(state(), before), (request, answer)
-    assert ray.get(actor.ping.remote(), timeout=60)
 
 
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+def fuzzing(actor: str) -> settings:
+    return settings(
+        max_examples=EXAMPLES[actor],
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
 
 
 @pytest.mark.slow
-@FUZZ
+@fuzzing("replica")
 @given(data=st.data())
 def test_hostile_requests_to_a_replica_are_refused_cleanly(live, data) -> None:
     fuzz(live, "replica", data)
 
 
 @pytest.mark.slow
-@FUZZ
+@fuzzing("group")
 @given(data=st.data())
 def test_hostile_requests_to_the_group_coordinator_are_refused_cleanly(live, data) -> None:
     fuzz(live, "group", data)
 
 
 @pytest.mark.slow
-@FUZZ
+@fuzzing("txn")
 @given(data=st.data())
 def test_hostile_requests_to_the_transaction_coordinator_are_refused_cleanly(live, data) -> None:
     fuzz(live, "txn", data)
