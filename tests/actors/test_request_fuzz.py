@@ -99,6 +99,8 @@ def live(shared_cluster: Any) -> Iterator[dict[str, Any]]:
     """A topic with records, a group with committed offsets, an initialized transactional
     id, and well-formed requests of every type to start from."""
     cluster = shared_cluster
+    cluster.coordinator_call("ping", timeout_s=120)  # both load their topics first
+    cluster.transaction_coordinator_call("ping", timeout_s=120)
     cluster.admin().create_topic(TOPIC)
     with cluster.producer(acks="all") as producer:
         for i in range(3):
