@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from raystream.errors import InvalidRecordError, InvalidRequestError, InvalidTopicError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
+from raystream.log.batch import CODECS
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, SEQUENCE_LIMIT
 from raystream.protocol import (
     FetchResponse,
@@ -232,10 +233,14 @@ class ProduceRequest(PartitionRequest):
                 f"ProduceRequest records must be a pyarrow RecordBatch or its Arrow IPC "
                 f"stream, not {type(self.records).__name__}"
             )
-        if not isinstance(self.acks, int | str) or self.acks not in ACKS:
+        acks = self.acks
+        if not isinstance(acks, int | str) or isinstance(acks, bool) or acks not in ACKS:
             raise _bad(self, "acks", self.acks, "use 0, 1, 'all' or -1")
         _int(self, "timeout_ms", 0, INT32_MAX)
-        _optional_str(self, "compression_type")
+        codec = self.compression_type
+        if codec is not None and (not isinstance(codec, str) or codec not in CODECS):
+            codecs = sorted(c for c in CODECS if c)
+            raise _bad(self, "compression_type", codec, f"None or one of {codecs}")
         _int(self, "producer_id", NO_PRODUCER_ID, INT64_MAX)
         _int(self, "producer_epoch", -1, MAX_PRODUCER_EPOCH)
         _int(self, "base_sequence", -1, SEQUENCE_LIMIT - 1)
@@ -256,7 +261,7 @@ class ProduceRequest(PartitionRequest):
 
     def _check_writer(self) -> None:
         writer = self.internal_writer
-        if writer is not None and writer not in INTERNAL_WRITERS:
+        if writer is not None and (not isinstance(writer, str) or writer not in INTERNAL_WRITERS):
             raise _bad(
                 self, "internal_writer", writer, f"None or one of {sorted(INTERNAL_WRITERS)}"
             )

@@ -7,7 +7,10 @@ request an actor serves goes through exactly this code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import types
+import typing
 from typing import Any
 
 import pytest
@@ -279,3 +282,74 @@ def test_hooks_see_every_request_with_its_context_and_can_refuse_it() -> None:
         ("metrics", "ray", "ProduceResponse"),
     ]
     assert all(t >= 0 for t in timings)
+
+
+# ------------------------------------------------------------- every field, swept
+
+
+WELL_FORMED: list[rq.Request] = [
+    rq.ProduceRequest("t", 0, b"x", 1, 10, "lz4", 3, 0, 0, True),
+    rq.FetchRequest("t", 0),
+    rq.ReplicaFetchRequest("t", 0, 1, 0, 0, 0),
+    rq.ListOffsetsRequest("t", 0),
+    rq.OffsetForLeaderEpochRequest("t", 0, 1),
+    rq.WriteTxnMarkerRequest("t", 0, 1, 0),
+    rq.JoinGroupRequest("g", "m", "i", "c", ("t",), ("range",), (("t", 0),), 1, 10, 10, "a"),
+    rq.HeartbeatRequest("g", "m", 1),
+    rq.LeaveGroupRequest("g", "m"),
+    rq.OffsetCommitRequest("g", "m", 1, (("t", 0, 1, ""),)),
+    rq.OffsetFetchRequest("g", (("t", 0),)),
+    rq.TxnOffsetCheckRequest("g", "m", 1),
+    rq.ResetOffsetsRequest("g", (("t", 0, 1, ""),)),
+    rq.DescribeGroupRequest("g"),
+    rq.InitProducerIdRequest("x", 10),
+    rq.AddPartitionsToTxnRequest("x", 1, 0, (("t", 0),)),
+    rq.AddOffsetsToTxnRequest("x", 1, 0, "g"),
+    rq.EndTxnRequest("x", 1, 0, True, 0, (("t", 0),)),
+    rq.DescribeTransactionRequest("x"),
+]
+WRONG_TYPES = [None, True, 1, 1.5, float("nan"), "x", b"x", [], {}, ("t",), object()]
+
+
+def _allowed(hint: Any) -> tuple[type, ...]:
+    """The Python types a field's annotation allows (a list stands for a tuple)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return tuple(t for arg in typing.get_args(hint) for t in _allowed(arg))
+    if hint is type(None):
+        return (type(None),)
+    if origin is tuple or hint is tuple:
+        return (tuple, list)
+    return (hint,)
+
+
+def _fits(value: Any, allowed: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in allowed
+    return isinstance(value, allowed)
+
+
+def test_every_field_of_every_request_refuses_a_value_of_the_wrong_type() -> None:
+    served = {type(r) for r in WELL_FORMED}
+    concrete = {
+        cls
+        for cls in vars(rq).values()
+        if isinstance(cls, type) and issubclass(cls, rq.Request) and cls.__doc__
+    }
+    bases = {rq.Request, rq.PartitionRequest, rq.GroupRequest, rq.TransactionRequest}
+    assert concrete - bases - {rq.ProducerTransactionRequest, rq.ListGroupsRequest} == served
+    swept = 0
+    for request in WELL_FORMED:
+        request.validate()
+        hints = typing.get_type_hints(type(request))
+        for field in dataclasses.fields(request):
+            if field.name == "records":  # Any: checked as Arrow data (see above)
+                continue
+            allowed = _allowed(hints[field.name])
+            for value in WRONG_TYPES:
+                if _fits(value, allowed):
+                    continue
+                with pytest.raises(InvalidRequestError, match=f"{field.name}="):
+                    dataclasses.replace(request, **{field.name: value}).validate()
+                swept += 1
+    assert swept > 800  # every request type, every field, ~8 wrong types each
