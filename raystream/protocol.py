@@ -187,6 +187,13 @@ class WriteTxnMarkerResponse(Response):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse(Response):
+    """The partition's log start offset after a DeleteRecords (Kafka's low watermark)."""
+
+    low_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionMetadata:
     """What a client caches about one partition: its leader and how to reach it.
 

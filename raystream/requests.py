@@ -39,6 +39,7 @@ from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import CODECS
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, SEQUENCE_LIMIT
 from raystream.protocol import (
+    DeleteRecordsResponse,
     FetchResponse,
     ListOffsetsResponse,
     OffsetForLeaderEpochResponse,
@@ -381,6 +382,23 @@ class WriteTxnMarkerRequest(PartitionRequest):
         _int(self, "timeout_ms", 0, INT32_MAX)
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsRequest(PartitionRequest):
+    """Advance a partition's log start offset to ``offset`` (-1: the high watermark), on
+    its leader (Kafka's DeleteRecords, one partition). Internal topics are refused: their
+    records are the coordinators' state."""
+
+    response: ClassVar[type[Response]] = DeleteRecordsResponse
+
+    offset: int = -1
+
+    def validate(self) -> None:
+        PartitionRequest.validate(self)
+        _int(self, "offset", -1, INT64_MAX)
+        if is_internal_topic(self.topic):
+            raise InvalidTopicError(f"cannot delete records of internal topic {self.topic!r}")
+
+
 # ------------------------------------------------------------- group coordinator
 
 
@@ -617,6 +635,7 @@ __all__ = [
     "INTERNAL_WRITERS",
     "AddOffsetsToTxnRequest",
     "AddPartitionsToTxnRequest",
+    "DeleteRecordsRequest",
     "DescribeGroupRequest",
     "DescribeTransactionRequest",
     "EndTxnRequest",

@@ -53,6 +53,7 @@ def refused(request: rq.Request, error: type[RaystreamError] = InvalidRequestErr
         (rq.ReplicaFetchRequest("t", 0, replica_id=None), "replica_id=None"),
         (rq.OffsetForLeaderEpochRequest("t", 0, leader_epoch="1"), "leader_epoch='1'"),
         (rq.WriteTxnMarkerRequest("t", 0, 5, 0, committed=1), "committed=1"),
+        (rq.DeleteRecordsRequest("t", 0, -2), "offset=-2"),
         (rq.ProduceRequest("t", 0, b"", acks=7), "acks=7"),
         (rq.ProduceRequest("t", 0, b"", timeout_ms=-1), "timeout_ms=-1"),
         (rq.ProduceRequest("t", 0, b"", producer_id=9, base_sequence=0), "epoch"),
@@ -110,6 +111,8 @@ def test_produce_records_must_be_arrow_data() -> None:
 def test_a_client_produce_to_an_internal_topic_is_refused_naming_it() -> None:
     for topic in ("__consumer_offsets", "__transaction_state", "__cluster_metadata"):
         message = refused(rq.ProduceRequest(topic, 0, b"x"), InvalidTopicError)
+        assert repr(topic) in message and "internal" in message
+        message = refused(rq.DeleteRecordsRequest(topic, 0, 3), InvalidTopicError)
         assert repr(topic) in message and "internal" in message
     assert not InvalidTopicError.retriable
 
@@ -294,6 +297,7 @@ WELL_FORMED: list[rq.Request] = [
     rq.ListOffsetsRequest("t", 0),
     rq.OffsetForLeaderEpochRequest("t", 0, 1),
     rq.WriteTxnMarkerRequest("t", 0, 1, 0),
+    rq.DeleteRecordsRequest("t", 0, 5),
     rq.JoinGroupRequest("g", "m", "i", "c", ("t",), ("range",), (("t", 0),), 1, 10, 10, "a"),
     rq.HeartbeatRequest("g", "m", 1),
     rq.LeaveGroupRequest("g", "m"),

@@ -27,7 +27,8 @@ index names without a scan; markers are never returned as records.
 A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
 the newest snapshot and the batch headers after it, and asks the controller for its
 role before it serves anything. Every request (:mod:`raystream.requests`: produce,
-fetch, list offsets, replica fetch, leader epoch, marker) reaches the replica through
+fetch, list offsets, replica fetch, leader epoch, marker, delete records) reaches the
+replica through
 ``handle`` and its :class:`~raystream.dispatch.Dispatcher`, over Ray or the direct path:
 checked before anything is touched, answered with an error code instead of raising, so
 bad input never kills the actor or touches the log.
@@ -76,6 +77,7 @@ from raystream.protocol import (
     CONTROLLER_NAME,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    DeleteRecordsResponse,
     FetchResponse,
     ListOffsetsResponse,
     OffsetForLeaderEpochResponse,
@@ -91,6 +93,7 @@ from raystream.replication.isr import FollowerState, expanded_isr, high_watermar
 from raystream.replication.truncation import truncation_offset
 from raystream.requests import (
     ACKS,
+    DeleteRecordsRequest,
     FetchRequest,
     ListOffsetsRequest,
     OffsetForLeaderEpochRequest,
@@ -219,6 +222,7 @@ class PartitionReplica:
                 ReplicaFetchRequest: self._replica_fetch,
                 OffsetForLeaderEpochRequest: self._offset_for_leader_epoch,
                 WriteTxnMarkerRequest: self._write_txn_marker,
+                DeleteRecordsRequest: self._delete_records,
             },
         )
         self._direct = DirectPath(self.handle, self.broker.listener_host)
@@ -226,7 +230,8 @@ class PartitionReplica:
     async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
         """Answer a data-plane request (:mod:`raystream.requests`) through the replica's
         dispatcher: the one entry of every produce, fetch, list-offsets, replica fetch,
-        leader-epoch and marker request, over Ray and over the direct path alike."""
+        leader-epoch, marker and delete-records request, over Ray and over the direct path
+        alike."""
         self._start()
         return await self._dispatcher.dispatch(request, context)
 
@@ -1065,35 +1070,28 @@ class PartitionReplica:
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
 
-    async def delete_records(self, offset: int) -> Result:
-        """Kafka's DeleteRecords, on the leader: advance the log start offset to
-        ``offset`` (-1: the high watermark), so records below it are no longer served
-        and whole segments below it are deleted. Refused above the high watermark (a
-        record not yet committed cannot be deleted). Answers the new log start offset;
+    async def _delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        """Kafka's DeleteRecords, on the leader: advance the log start offset to the
+        request's ``offset`` (-1: the high watermark), so records below it are no longer
+        served and whole segments below it are deleted. Refused above the high watermark
+        (a record not yet committed cannot be deleted). Answers the new log start offset;
         an offset at or below the current one changes nothing."""
-        self._start()
-        try:
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
-                raise InvalidRequestError(
-                    f"delete_records offset {offset!r} must be -1 (the high watermark) or >= 0"
-                )
-            self._require_leader()
-            high_watermark = self.known_high_watermark
-            if high_watermark < 0:
-                raise LeaderNotAvailableError(
-                    f"{self.topic}-{self.partition}: the new leader's high watermark is "
-                    "not established yet"
-                )
-            target = high_watermark if offset == -1 else offset
-            if target > high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"delete_records offset {target} of {self.topic}-{self.partition} is "
-                    f"above its high watermark {high_watermark}"
-                )
-            start = await asyncio.to_thread(self.log.delete_records_before, target)
-            return Result(value=start)
-        except Exception as error:
-            return failure(error)
+        self._check_target(request)
+        self._require_leader()
+        high_watermark = self.known_high_watermark
+        if high_watermark < 0:
+            raise LeaderNotAvailableError(
+                f"{self.topic}-{self.partition}: the new leader's high watermark is "
+                "not established yet"
+            )
+        target = high_watermark if request.offset == -1 else request.offset
+        if target > high_watermark:
+            raise OffsetOutOfRangeError(
+                f"delete_records offset {target} of {self.topic}-{self.partition} is "
+                f"above its high watermark {high_watermark}"
+            )
+        start = await asyncio.to_thread(self.log.delete_records_before, target)
+        return DeleteRecordsResponse(low_watermark=start)
 
 
 ReplicaActor = ray.remote(PartitionReplica)

@@ -15,10 +15,15 @@ import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.client.transport import call, outcome
+from raystream.client.transport import outcome, send
 from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raystream.requests import DescribeGroupRequest, ListGroupsRequest, ResetOffsetsRequest
+from raystream.requests import (
+    DeleteRecordsRequest,
+    DescribeGroupRequest,
+    ListGroupsRequest,
+    ResetOffsetsRequest,
+)
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 
@@ -232,11 +237,12 @@ class Admin:
                         raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
                     remaining = max(deadline - time.monotonic(), 0.001)
                     answer = outcome(
-                        call(leader, "delete_records", offset),
+                        send(leader, DeleteRecordsRequest(tp.topic, tp.partition, offset)),
                         remaining,
                         f"delete_records of {tp.topic}-{tp.partition}",
                     )
-                    result[tp] = answer.unwrap()
+                    answer.raise_for_error()
+                    result[tp] = answer.low_watermark
                     break
                 except RaystreamError as error:
                     if not error.retriable or time.monotonic() >= deadline:

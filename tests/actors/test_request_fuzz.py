@@ -126,6 +126,7 @@ def live(shared_cluster: Any) -> Iterator[dict[str, Any]]:
         rq.ReplicaFetchRequest(TOPIC, 0, 9, 0, leader_epoch, 0),
         rq.OffsetForLeaderEpochRequest(TOPIC, 0, leader_epoch),
         rq.WriteTxnMarkerRequest(TOPIC, 0, 777, 0, False, 0, 1000),
+        rq.DeleteRecordsRequest(TOPIC, 0, 0),
         rq.ProduceRequest("__consumer_offsets", 0, good, 1),
     ]
     group = [
