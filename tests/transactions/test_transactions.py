@@ -225,7 +225,11 @@ def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
     epoch = producer._txn.producer_epoch
     deadline = time.monotonic() + 10
     describe = DescribeTransactionRequest(tid)
-    while shared_cluster.transaction_coordinator_call(describe)["state"] == "Ongoing":
+    # Ongoing until the release thread ends it, PrepareAbort while its markers are written
+    while shared_cluster.transaction_coordinator_call(describe)["state"] in (
+        "Ongoing",
+        "PrepareAbort",
+    ):
         assert time.monotonic() < deadline, "the carried transaction was never ended"
         time.sleep(0.05)
     described = shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
