@@ -233,17 +233,28 @@ class Controller:
             table = self._log.read(offset, max_bytes=64 << 20)
             if not table.num_rows:
                 break
-            for key, value in zip(
-                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            for record_offset, key, value in zip(
+                table.column("offset").to_pylist(),
+                table.column("key").to_pylist(),
+                table.column("value").to_pylist(),
+                strict=True,
             ):
-                if key == PRODUCER_ID_BLOCK_KEY:
-                    producer_id_end = int(value)
-                    continue
-                name = key.decode()
-                if value is None:
-                    topics.pop(name, None)
-                else:
-                    topics[name] = TopicState.from_json(value.decode())
+                try:  # a record that does not decode is skipped, never in the way
+                    if key == PRODUCER_ID_BLOCK_KEY:
+                        producer_id_end = int(value)
+                        continue
+                    name = key.decode()
+                    if value is None:
+                        topics.pop(name, None)
+                    else:
+                        topics[name] = TopicState.from_json(value.decode())
+                except (AttributeError, KeyError, TypeError, ValueError) as error:
+                    logger.warning(
+                        "%s offset %d: skipped a record that does not decode: %r",
+                        METADATA_DIR,
+                        record_offset,
+                        error,
+                    )
             offset = table.column("offset")[-1].as_py() + 1
         return topics, producer_id_end
 
@@ -1223,9 +1234,7 @@ class Controller:
         try:
             offsets = self._internal_topic(OFFSETS_TOPIC)
             return Result(
-                value=self._coordinator(
-                    GroupCoordinatorActor, COORDINATOR_NAME, self.broker.data_dir, offsets
-                )
+                value=self._coordinator(GroupCoordinatorActor, COORDINATOR_NAME, offsets)
             )
         except Exception as error:
             return failure(error)
@@ -1240,7 +1249,6 @@ class Controller:
                 value=self._coordinator(
                     TransactionCoordinatorActor,
                     TRANSACTION_COORDINATOR_NAME,
-                    self.broker.data_dir,
                     state,
                     offsets,
                     self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,

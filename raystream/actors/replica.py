@@ -50,7 +50,6 @@ import pyarrow as pa
 import ray
 
 from raystream.actors.direct import DirectPath
-from raystream.client.transport import send
 from raystream.config import BrokerConfig
 from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
@@ -103,6 +102,7 @@ from raystream.requests import (
     WriteTxnMarkerRequest,
 )
 from raystream.transactions.markers import marker_batch
+from raystream.transport import send
 from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ import pyarrow as pa
 
 from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.client.transport import outcome, send
 from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.requests import (
@@ -24,6 +23,7 @@ from raystream.requests import (
     ListGroupsRequest,
     ResetOffsetsRequest,
 )
+from raystream.transport import outcome, send
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 

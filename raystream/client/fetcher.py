@@ -44,7 +44,6 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster
-from raystream.client.transport import finished, outcome, send
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -55,6 +54,7 @@ from raystream.errors import (
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.requests import FetchRequest, ListOffsetsRequest
+from raystream.transport import finished, outcome, send
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from raystream.client.transport import answered, cancel, current_actor_id, wait_result
 from raystream.errors import (
     BrokerNotAvailableError,
     CommitFailedError,
@@ -44,6 +43,7 @@ from raystream.requests import (
     OffsetCommitRequest,
     OffsetFetchRequest,
 )
+from raystream.transport import answered, cancel, current_actor_id, wait_result
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)

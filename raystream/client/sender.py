@@ -10,7 +10,7 @@ One daemon thread per producer. Each turn of its loop it
    together as one *batch* (up to ``max_request_size``), encoded once as an Arrow IPC
    stream, as ``produce(records, acks, request_timeout_ms, compression, producer_id,
    producer_epoch, base_sequence)`` on the leader's direct path (a Ray call where it
-   has none, see :func:`~raystream.client.transport.call`);
+   has none, see :func:`~raystream.transport.call`);
 3. takes in the answers that arrived and completes the requests they answer, then
    sleeps until there is something to do: a chunk ready, an answer (each call's
    future notifies the loop when it completes), a linger, backoff or
@@ -103,7 +103,6 @@ from raystream.client.accumulator import (
     build_requests,
 )
 from raystream.client.results import ProduceRequest
-from raystream.client.transport import is_dead_actor_error, is_lost_call_error, send
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -118,6 +117,7 @@ from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder, payload_size
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import INLINE_BYTES, NONE
+from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from hypothesis import strategies as st
 
 from raystream import requests as rq
 from raystream.client.sender import encode_records
-from raystream.client.transport import outcome, send
 from raystream.errors import InvalidTopicError, RaystreamError, UnknownServerError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder
 from raystream.records import build_batch
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
+from raystream.transport import outcome, send
 from raystream.types import TopicPartition
 
 TOPIC = "fuzz"
