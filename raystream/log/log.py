@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.errors import (
+    CorruptRecordError,
     IllegalStateError,
     InvalidRecordError,
     InvalidRequestError,
@@ -54,7 +55,7 @@ from raystream.log.batch import (
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
 from raystream.log.config import LogConfig
 from raystream.log.epoch import LeaderEpochCache
-from raystream.log.segment import LOG_SUFFIX, LogSegment
+from raystream.log.segment import LOG_SUFFIX, NO_LIMIT, LogSegment
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
@@ -115,6 +116,8 @@ class Log:
         self._bases: list[int] = []
         self._log_start_offset = 0
         self._recovery_point = 0
+        self._corrupt_from: int | None = None
+        self._failed_segment: LogSegment | None = None
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._directory_dirty = False
@@ -156,7 +159,10 @@ class Log:
                 os.unlink(os.path.join(self.directory, name))
         marker = os.path.join(self.directory, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
-        recovery_point = read_int(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
+        recovery_point = read_int(os.path.join(self.directory, RECOVERY_POINT_FILE), -1)
+        # A clean shutdown records the log end offset as the recovery point: the last
+        # segment's batches must end exactly there.
+        recorded_end = recovery_point if clean and recovery_point >= 0 else NO_LIMIT
         log_start = read_int(os.path.join(self.directory, LOG_START_FILE), 0)
         bases = sorted(
             int(name[: -len(LOG_SUFFIX)])
@@ -165,11 +171,18 @@ class Log:
         )
         now = self._clock()
         recovered = False
+        max_epoch = self._max_epoch()
         for i, base in enumerate(bases):
             segment = LogSegment(self.directory, base, self._config.index_interval_bytes, now)
-            below_recovery_point = i + 1 < len(bases) and bases[i + 1] <= recovery_point
-            truncated = segment.load(trust=clean or below_recovery_point)
+            last = i + 1 == len(bases)
+            below_recovery_point = not last and bases[i + 1] <= recovery_point
+            end = recorded_end if last else bases[i + 1]
+            truncated = segment.load(clean or below_recovery_point, end, max_epoch)
             recovered = recovered or not (clean or below_recovery_point)
+            if last and not truncated and end != NO_LIMIT and segment.next_offset != end:
+                # The trusted tail ends elsewhere than the shutdown recorded.
+                truncated = segment.recover(end, max_epoch)
+                recovered = True
             self._segments.append(segment)
             if truncated:
                 for later in bases[i + 1 :]:
@@ -432,18 +445,76 @@ class Log:
             limit = end if max_offset is None else min(max_offset, end)
             if start_offset >= limit:
                 return []
-            result: list[StoredBatch] = []
-            total = 0
-            for segment, start_position in self._segments_from(start_offset):
-                buffer = segment.view()
-                for position, header in segment.headers(start_position):
+            max_epoch = self._max_epoch()
+            try:
+                return self._read_batches(start_offset, max_bytes, limit, max_epoch)
+            except CorruptRecordError:
+                if not self._after_corruption(max_epoch):
+                    raise
+                # Only the segment's indexes were wrong, and they are rebuilt now.
+                return self._read_batches(start_offset, max_bytes, limit, max_epoch)
+
+    def _read_batches(
+        self, start_offset: int, max_bytes: int, limit: int, max_epoch: int
+    ) -> list[StoredBatch]:
+        """:meth:`read_batches` once the range is checked. Each header is checked
+        against the index and its neighbours (:meth:`LogSegment.headers`), the batch
+        right after the last one returned included, and the CRC of each batch
+        returned. On a CorruptRecordError, ``_failed_segment`` is the segment it is in."""
+        result: list[StoredBatch] = []
+        total = 0
+        for segment, start_position, first in self._segments_from(start_offset, max_epoch):
+            buffer = segment.view()
+            try:
+                for position, header in segment.headers(
+                    start_position, False, first, segment.next_offset, max_epoch
+                ):
                     if header.base_offset >= limit or (result and total + header.size > max_bytes):
                         return result
                     if position + header.size > segment.verified_bytes:
                         segment.check(position, header, buffer)
                     result.append(StoredBatch(header, buffer, position))
                     total += header.size
-            return result
+            except CorruptRecordError:
+                self._failed_segment = segment
+                raise
+        return result
+
+    def _after_corruption(self, max_epoch: int) -> bool:
+        """Recover from a corrupt batch a read met; True when the read may be retried.
+
+        The whole segment is checked once: when its batches are all sound, only its
+        offset index was wrong, and the indexes are rebuilt (True). Otherwise the
+        segment is recorded as corrupt: reads go on failing on the bad batch (a
+        leader never serves it) and the next open recovers the segment, cutting it
+        from the first bad batch, as a torn tail is cut (a follower then fetches the
+        rest again from its leader). The recovery point written from now on is at
+        most the segment's base offset, and :meth:`close` no longer marks the
+        shutdown clean, so a crash or a restart both recover it.
+        """
+        segment, self._failed_segment = self._failed_segment, None
+        if segment is None or segment not in self._segments or segment.corrupt:
+            return False
+        if segment.is_intact(max_epoch):
+            segment.rebuild_indexes()
+            return True
+        segment.corrupt = True
+        if self._corrupt_from is None or segment.base_offset < self._corrupt_from:
+            self._corrupt_from = segment.base_offset
+        self._write_recovery_point()
+        return False
+
+    @property
+    def corrupt_from(self) -> int | None:
+        """The base offset of the first segment a read found corrupt (its batches, not
+        only its indexes), which the next open recovers; None when none was found."""
+        return self._corrupt_from
+
+    def _max_epoch(self) -> int:
+        """The highest partition leader epoch a stored batch may carry: the newest the
+        epoch cache knows (any, when the cache is empty)."""
+        latest = self.leader_epochs.latest_epoch
+        return latest if latest >= 0 else NO_LIMIT
 
     def read(
         self,
@@ -531,23 +602,31 @@ class Log:
         with self._lock:
             self._check_open()
             headers: list[BatchHeader] = []
-            for segment, position in self._segments_from(start_offset):
-                headers.extend(header for _, header in segment.headers(position))
+            for segment, position, first in self._segments_from(start_offset):
+                headers.extend(header for _, header in segment.headers(position, False, first))
             return headers
 
-    def _segments_from(self, start_offset: int) -> Iterator[tuple[LogSegment, int]]:
+    def _segments_from(
+        self, start_offset: int, max_epoch: int = NO_LIMIT
+    ) -> Iterator[tuple[LogSegment, int, int | None]]:
         """Each segment from the one holding ``start_offset`` on, with the position to
-        read it from: the batch holding that offset in the first, the start in the rest
-        (a first segment without it, emptied by compaction, is passed over)."""
+        read it from and the base offset of the batch there (what a read checks the
+        first header against): the batch holding that offset in the first, the start
+        in the rest (a first segment without it, emptied by compaction, is passed over).
+        """
         first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
         for index in range(first, len(self._segments)):
             segment = self._segments[index]
             if index != first:
-                yield segment, 0
+                yield segment, 0, segment.index.lookup(segment.base_offset)[0]
                 continue
-            found = segment.translate(start_offset)
+            try:
+                found = segment.translate(start_offset, max_epoch)
+            except CorruptRecordError:
+                self._failed_segment = segment
+                raise
             if found is not None:
-                yield segment, found[0]
+                yield segment, found[0], found[1].base_offset
 
     def append_raw(self, data: pa.Buffer | bytes) -> int:
         """Append stored batches copied from a leader, keeping their offsets and epochs.
@@ -869,10 +948,13 @@ class Log:
             return False
 
     def _write_recovery_point(self) -> None:
+        """Persist the recovery point, kept at or below a corrupt segment's base offset
+        so that the next open recovers that segment."""
         self._recovery_checkpoint_ms = self._clock()
-        write_atomically(
-            os.path.join(self.directory, RECOVERY_POINT_FILE), f"{self._recovery_point}\n"
-        )
+        point = self._recovery_point
+        if self._corrupt_from is not None and self._corrupt_from < point:
+            point = self._corrupt_from
+        write_atomically(os.path.join(self.directory, RECOVERY_POINT_FILE), f"{point}\n")
 
     def _write_log_start(self) -> None:
         write_atomically(
@@ -880,7 +962,8 @@ class Log:
         )
 
     def close(self) -> None:
-        """Flush and close; the next open skips recovery. Idempotent."""
+        """Flush and close; the next open skips recovery, unless a read found a corrupt
+        segment (see :meth:`read_batches`). Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -888,7 +971,8 @@ class Log:
             self._write_recovery_point()
             for segment in self._segments:
                 segment.close()
-            Path(self.directory, CLEAN_SHUTDOWN_FILE).touch()
+            if self._corrupt_from is None:
+                Path(self.directory, CLEAN_SHUTDOWN_FILE).touch()
             fsync_directory(self.directory)
             self._closed = True
 
