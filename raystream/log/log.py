@@ -733,7 +733,10 @@ class Log:
         """Remove every record at or above ``offset`` (a follower's divergent suffix).
 
         Truncating inside a batch keeps the batch's rows below ``offset``. Truncating
-        below the log start empties the log and restarts it at ``offset``.
+        below the log start empties the log and restarts it at ``offset``. When the
+        batches at or below ``offset`` in the last segment left are corrupt, the
+        segment is cut from its first bad batch (as recovery does), so the log may end
+        below ``offset``: a follower then fetches the rest again from its leader.
         """
         with self._lock:
             self._check_open()
@@ -745,40 +748,58 @@ class Log:
             while self._segments and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
                 self._bases.pop()
-            found = self._segments[-1].translate(offset) if self._segments else None
-            if found is not None:
+            cut = False
+            if self._segments:
                 segment = self._segments[-1]
-                position, header = found
-                prefix = None
-                if header.base_offset < offset:
-                    payload = segment.view().slice(
-                        position + HEADER_SIZE, header.size - HEADER_SIZE
-                    )
-                    segment.check(position, header, segment.view())
-                    decoded = self._decoder.decode(payload)
-                    rows = batch_offsets(header, decoded)
-                    keep = rows < offset
-                    if keep.any():  # a compacted batch may keep no row below offset
-                        prefix = rewrite_batch(
-                            self._encoder,
-                            header,
-                            decoded,
-                            rows,
-                            keep,
-                            int(rows[keep][-1]) - header.base_offset,
-                        )
-                segment.truncate_at(position, header)
-                if prefix is not None:
-                    pieces, parsed = prefix
-                    segment.append(pieces, (parsed,))
-            if not self._segments or self._segments[-1].next_offset < offset:
+                try:
+                    self._truncate_segment(segment, offset)
+                except CorruptRecordError:
+                    # A bad batch at or below offset: cut the segment from its first bad
+                    # batch, as recovery does (a follower fetches the rest again).
+                    segment.recover(NO_LIMIT, self._max_epoch())
+                    if segment.next_offset > offset:
+                        self._truncate_segment(segment, offset)
+                    cut = segment.next_offset < offset
+                corrupt = self._corrupt_from
+                if corrupt is not None and not segment.corrupt and corrupt >= segment.base_offset:
+                    self._corrupt_from = None  # the segments a read found corrupt are gone
+            if not cut and (not self._segments or self._segments[-1].next_offset < offset):
                 # Compaction removed the records right below offset: the log still ends there.
                 segment = self._new_segment(offset)
                 self._segments.append(segment)
                 self._bases.append(offset)
-            self.leader_epochs.truncate_from_end(offset)
-            self._recovery_point = min(self._recovery_point, offset)
+            end = self.log_end_offset
+            self.leader_epochs.truncate_from_end(end)
+            self._recovery_point = min(self._recovery_point, end)
             self._write_recovery_point()
+
+    def _truncate_segment(self, segment: LogSegment, offset: int) -> None:
+        """Cut ``segment`` (the last) at ``offset``, keeping the rows below it of a batch
+        that spans it."""
+        found = segment.translate(offset, self._max_epoch())
+        if found is None:
+            return
+        position, header = found
+        prefix = None
+        if header.base_offset < offset:
+            payload = segment.view().slice(position + HEADER_SIZE, header.size - HEADER_SIZE)
+            segment.check(position, header, segment.view())
+            decoded = self._decoder.decode(payload)
+            rows = batch_offsets(header, decoded)
+            keep = rows < offset
+            if keep.any():  # a compacted batch may keep no row below offset
+                prefix = rewrite_batch(
+                    self._encoder,
+                    header,
+                    decoded,
+                    rows,
+                    keep,
+                    int(rows[keep][-1]) - header.base_offset,
+                )
+        segment.truncate_at(position, header)
+        if prefix is not None:
+            pieces, parsed = prefix
+            segment.append(pieces, (parsed,))
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and restart the log empty at ``offset`` (a far-behind follower)."""

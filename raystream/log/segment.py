@@ -172,9 +172,14 @@ class LogSegment:
             base = header.base_offset
             after = base + header.last_offset_delta + 1
             epoch = header.partition_leader_epoch
-            if base < floor or after > end or first is not None or not -1 <= epoch <= max_epoch:
+            if (
+                base < floor
+                or after > end
+                or not -1 <= epoch <= max_epoch
+                or (first is not None and base != first)
+            ):
                 self._check_fields(position, header, floor, first, end, max_epoch)
-                first = None
+            first = None
             if verify:
                 verify_crc(buffer, position, header, where)
             yield position, header
@@ -299,6 +304,7 @@ class LogSegment:
         if truncated:
             self._cut(good)
         self.verified_bytes = self.size
+        self.corrupt = False
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
         return truncated

@@ -152,3 +152,24 @@ def test_a_wrong_offset_index_entry_is_rebuilt_and_the_read_served(make_log, bat
     assert read_everything(log) == list(enumerate(expected))
     assert log.read(105).column(OFFSET_COLUMN)[0].as_py() == 105
     assert log.corrupt_from is None
+
+
+def test_a_follower_truncating_through_a_corrupt_batch_cuts_from_it(make_log, batch):
+    """A follower truncating to its leader meets the bad batch: the log is cut from it,
+    ends below the truncation offset, and refetching from there restores the rest."""
+    log = make_log(segment_bytes=1 << 20)
+    expected = fill(log, batch, batches=60)
+    path, position, base, _ = positions(log)[30]
+    log.close()
+    xor_at(path, position, struct.pack("<q", 1 << 6))
+    log = make_log(segment_bytes=1 << 20)
+    with pytest.raises(CorruptRecordError):
+        log.read(base - 5)
+    assert log.corrupt_from == 0
+    log.truncate_to(base + 55)
+    assert log.log_end_offset == base
+    assert log.corrupt_from is None
+    assert log.append(batch(expected[base:])) == (base, len(expected) - 1)
+    assert read_everything(log) == list(enumerate(expected))
+    log = make_log.reopen(log)
+    assert read_everything(log) == list(enumerate(expected))
