@@ -63,6 +63,9 @@ RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
 """How often a flush also persists the recovery point. A stale recovery point costs
 only extra checking on the next unclean open, never data: the data itself is fsynced."""
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+CORRUPT_SEGMENT_FILE = "corrupt-segment-checkpoint"
+"""Holds the base offset of the first segment a read found corrupt: the next open
+recovers it and the segments after it, however the log was shut down."""
 TIMESTAMP_COLUMN = "timestamp"
 _LEFTOVER_SUFFIXES = (".tmp", ".cleaned", ".truncating")
 
@@ -163,6 +166,7 @@ class Log:
         # A clean shutdown records the log end offset as the recovery point: the last
         # segment's batches must end exactly there.
         recorded_end = recovery_point if clean and recovery_point >= 0 else NO_LIMIT
+        corrupt_from = read_int(os.path.join(self.directory, CORRUPT_SEGMENT_FILE), -1)
         log_start = read_int(os.path.join(self.directory, LOG_START_FILE), 0)
         bases = sorted(
             int(name[: -len(LOG_SUFFIX)])
@@ -176,9 +180,11 @@ class Log:
             segment = LogSegment(self.directory, base, self._config.index_interval_bytes, now)
             last = i + 1 == len(bases)
             below_recovery_point = not last and bases[i + 1] <= recovery_point
+            below_corruption = corrupt_from < 0 or (not last and bases[i + 1] <= corrupt_from)
+            trust = (clean or below_recovery_point) and below_corruption
             end = recorded_end if last else bases[i + 1]
-            truncated = segment.load(clean or below_recovery_point, end, max_epoch)
-            recovered = recovered or not (clean or below_recovery_point)
+            truncated = segment.load(trust, end, max_epoch)
+            recovered = recovered or not trust
             if last and not truncated and end != NO_LIMIT and segment.next_offset != end:
                 # The trusted tail ends elsewhere than the shutdown recorded.
                 truncated = segment.recover(end, max_epoch)
@@ -201,6 +207,8 @@ class Log:
                 segment.flush(fsync=True)
         self._recovery_point = self.log_end_offset
         self._write_recovery_point()
+        if corrupt_from >= 0:
+            os.unlink(os.path.join(self.directory, CORRUPT_SEGMENT_FILE))
         if clean:
             os.unlink(marker)
             fsync_directory(self.directory)
@@ -485,12 +493,11 @@ class Log:
 
         The whole segment is checked once: when its batches are all sound, only its
         offset index was wrong, and the indexes are rebuilt (True). Otherwise the
-        segment is recorded as corrupt: reads go on failing on the bad batch (a
-        leader never serves it) and the next open recovers the segment, cutting it
-        from the first bad batch, as a torn tail is cut (a follower then fetches the
-        rest again from its leader). The recovery point written from now on is at
-        most the segment's base offset, and :meth:`close` no longer marks the
-        shutdown clean, so a crash or a restart both recover it.
+        segment is recorded as corrupt (in a checkpoint file, so a crash or a restart
+        both see it): reads go on failing on the bad batch (a leader never serves it)
+        and the next open recovers the segment and those after it, cutting from the
+        first bad batch, as a torn tail is cut (a follower then fetches the rest
+        again from its leader).
         """
         segment, self._failed_segment = self._failed_segment, None
         if segment is None or segment not in self._segments or segment.corrupt:
@@ -501,7 +508,9 @@ class Log:
         segment.corrupt = True
         if self._corrupt_from is None or segment.base_offset < self._corrupt_from:
             self._corrupt_from = segment.base_offset
-        self._write_recovery_point()
+            write_atomically(
+                os.path.join(self.directory, CORRUPT_SEGMENT_FILE), f"{self._corrupt_from}\n"
+            )
         return False
 
     @property
@@ -763,6 +772,7 @@ class Log:
                 corrupt = self._corrupt_from
                 if corrupt is not None and not segment.corrupt and corrupt >= segment.base_offset:
                     self._corrupt_from = None  # the segments a read found corrupt are gone
+                    os.unlink(os.path.join(self.directory, CORRUPT_SEGMENT_FILE))
             if not cut and (not self._segments or self._segments[-1].next_offset < offset):
                 # Compaction removed the records right below offset: the log still ends there.
                 segment = self._new_segment(offset)
@@ -969,13 +979,10 @@ class Log:
             return False
 
     def _write_recovery_point(self) -> None:
-        """Persist the recovery point, kept at or below a corrupt segment's base offset
-        so that the next open recovers that segment."""
         self._recovery_checkpoint_ms = self._clock()
-        point = self._recovery_point
-        if self._corrupt_from is not None and self._corrupt_from < point:
-            point = self._corrupt_from
-        write_atomically(os.path.join(self.directory, RECOVERY_POINT_FILE), f"{point}\n")
+        write_atomically(
+            os.path.join(self.directory, RECOVERY_POINT_FILE), f"{self._recovery_point}\n"
+        )
 
     def _write_log_start(self) -> None:
         write_atomically(
@@ -983,8 +990,8 @@ class Log:
         )
 
     def close(self) -> None:
-        """Flush and close; the next open skips recovery, unless a read found a corrupt
-        segment (see :meth:`read_batches`). Idempotent."""
+        """Flush and close; the next open skips recovery (except of a segment a read
+        found corrupt, see :meth:`read_batches`). Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -992,8 +999,7 @@ class Log:
             self._write_recovery_point()
             for segment in self._segments:
                 segment.close()
-            if self._corrupt_from is None:
-                Path(self.directory, CLEAN_SHUTDOWN_FILE).touch()
+            Path(self.directory, CLEAN_SHUTDOWN_FILE).touch()
             fsync_directory(self.directory)
             self._closed = True
 

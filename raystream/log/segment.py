@@ -292,14 +292,28 @@ class LogSegment:
         self.max_timestamp = -1
         self._bytes_since_index_entry = 0
         good = 0
+        pending: BatchHeader | None = None  # the last batch, until its successor agrees
         try:
             for position, header in self.headers(0, True, None, end, max_epoch):
-                if position == 0:
+                if pending is not None:
+                    self._index_batch(good, pending)
+                    good += pending.size
+                elif position == 0:
                     self.rolling_timestamp = header.max_timestamp
-                self._index_batch(position, header)
-                good = position + header.size
+                pending = header
+            if pending is not None:
+                self._index_batch(good, pending)
+                good += pending.size
         except CorruptRecordError:
-            pass
+            # When the next batch starts below the end of the last good one, either base
+            # offset may be the flipped one (both are outside the CRC): the last one is
+            # kept only when it follows its own predecessor without a gap.
+            if pending is not None and (
+                pending.base_offset == self.next_offset
+                or not self._goes_backwards_after(good, pending)
+            ):
+                self._index_batch(good, pending)
+                good += pending.size
         truncated = self.size - good
         if truncated:
             self._cut(good)
@@ -308,6 +322,16 @@ class LogSegment:
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
         return truncated
+
+    def _goes_backwards_after(self, position: int, header: BatchHeader) -> bool:
+        """Whether the batch right after ``header``'s (at ``position``) starts below its
+        end (parsing it again: only on the error path of :meth:`recover`)."""
+        after = position + header.size
+        try:
+            following = parse_header(self.view(), after, self.size, self.where)
+        except CorruptRecordError:
+            return False
+        return following.base_offset < header.next_offset
 
     def is_intact(self, max_epoch: int = NO_LIMIT) -> bool:
         """Whether every batch passes the checks of :meth:`recover` and the batches end
