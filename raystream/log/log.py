@@ -183,7 +183,7 @@ class Log:
             below_corruption = corrupt_from < 0 or (not last and bases[i + 1] <= corrupt_from)
             trust = (clean or below_recovery_point) and below_corruption
             end = recorded_end if last else bases[i + 1]
-            truncated = segment.load(trust, end, max_epoch)
+            truncated = segment.load(trust, end, max_epoch, last and end == NO_LIMIT)
             recovered = recovered or not trust
             if last and not truncated and end != NO_LIMIT and segment.next_offset != end:
                 # The trusted tail ends elsewhere than the shutdown recorded.

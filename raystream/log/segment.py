@@ -249,15 +249,16 @@ class LogSegment:
 
     # --------------------------------------------------------------- recovery
 
-    def load(self, trust: bool, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT) -> int:
+    def load(
+        self, trust: bool, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT, last: bool = False
+    ) -> int:
         """Bring the in-memory state in line with the file; returns bytes truncated.
 
         With ``trust`` (a clean shutdown, or data below the recovery point) the indexes
         are loaded and sanity-checked, and only the tail after the last index entry is
         read (its headers checked as a read checks them). Otherwise every batch's CRC
         is checked, a torn or corrupt tail is cut off, and both indexes are rebuilt.
-        ``end`` and ``max_epoch`` bound the batches' offsets and leader epochs (see
-        :meth:`recover`).
+        ``end``, ``max_epoch`` and ``last`` are as for :meth:`recover`.
         """
         if trust and self.index.load() and self.time_index.load() and self._index_is_sane():
             start_offset, position = self.index.last()
@@ -272,19 +273,22 @@ class LogSegment:
                     self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
             except CorruptRecordError:
                 # The file lost bytes behind the index's back: check it all after all.
-                return self.recover(end, max_epoch)
+                return self.recover(end, max_epoch, last)
             self._bytes_since_index_entry = self.size - position
             return 0
-        return self.recover(end, max_epoch)
+        return self.recover(end, max_epoch, last)
 
-    def recover(self, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT) -> int:
+    def recover(self, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT, last: bool = False) -> int:
         """Check every batch, cut from the first bad one on, rebuild the indexes.
 
         A batch is bad when it is torn, fails its CRC, has a malformed header, or its
         base offset (outside the CRC) goes backwards, or its last offset reaches
         ``end`` (the next segment's base offset, or the log end offset a clean
         shutdown recorded), or its leader epoch (outside the CRC too) is below -1 or
-        above ``max_epoch`` (the newest epoch the log knows).
+        above ``max_epoch`` (the newest epoch the log knows). With ``last`` (the log's
+        last segment, whose end nothing records after a crash) the final batch must
+        follow its predecessor without a gap: a leader's own appends never leave one,
+        and a follower fetches a batch it loses this way again.
         """
         self.index.reset()
         self.time_index.reset()
@@ -301,7 +305,7 @@ class LogSegment:
                 elif position == 0:
                     self.rolling_timestamp = header.max_timestamp
                 pending = header
-            if pending is not None:
+            if pending is not None and (not last or pending.base_offset == self.next_offset):
                 self._index_batch(good, pending)
                 good += pending.size
         except CorruptRecordError:
