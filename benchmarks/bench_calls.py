@@ -39,7 +39,8 @@ from benchmarks.bench_clients import end_to_end
 from raystream.client.sender import encode_records
 from raystream.log.batch import BatchEncoder
 from raystream.records import build_batch
-from raystream.transport import call, outcome
+from raystream.requests import ProduceRequest
+from raystream.transport import outcome, send
 from raystream.types import TopicPartition
 
 VALUE = b"v" * 100
@@ -91,8 +92,9 @@ def measure(cluster: rs.Cluster, calls: int) -> dict[str, Any]:
     )
     figures: dict[str, Any] = {}
     figures["empty call"] = p50_ms(lambda: ray.get(leader.ping.remote()), calls)
-    figures["produce call"] = p50_ms(lambda: ray.get(leader.produce.remote(record, 1)), calls)
-    figures["produce direct"] = p50_ms(lambda: outcome(call(leader, "produce", record, 1)), calls)
+    produce = ProduceRequest("calls", 0, record, 1)
+    figures["produce call"] = p50_ms(lambda: ray.get(leader.handle.remote(produce)), calls)
+    figures["produce direct"] = p50_ms(lambda: outcome(send(leader, produce)), calls)
     with cluster.producer(acks=1, linger_ms=0) as producer:
         figures["send().get()"] = p50_ms(lambda: producer.send("calls", VALUE).get(), calls)
     consumer = cluster.consumer(group_id="calls", enable_auto_commit=False)

@@ -45,7 +45,17 @@ exception here.
     ├── UnstableOffsetCommitError           (88, retriable: a transaction may still commit
     │                                         offsets of the group)
     ├── ProducerFencedError                 (90)
-    └── IllegalStateError                   (-1: client used out of order, e.g. after close)
+    ├── UnknownServerError                  (-1: a handler failed unexpectedly; the message
+    │                                         names the request and the original error)
+    └── IllegalStateError                   (no Kafka code: client used out of order, e.g.
+                                              after close)
+
+Code -1 is Kafka's UNKNOWN_SERVER_ERROR: an answer carrying it (or a code this module
+does not know) reads back as :class:`UnknownServerError`, never as the bare base class.
+:class:`IllegalStateError` and the base class have no Kafka code either and share -1:
+they are client-side conditions; should one ever be answered by an actor, it reads back
+as UnknownServerError with its class name in the message (see
+:func:`raystream.protocol.failure`).
 """
 
 from __future__ import annotations
@@ -309,10 +319,23 @@ class LogDirInUseError(RaystreamError):
     code = 56  # Kafka's KAFKA_STORAGE_ERROR
 
 
-class IllegalStateError(RaystreamError):
-    """A client was used in a state that does not allow the call (e.g. after close)."""
+class UnknownServerError(RaystreamError):
+    """A server actor failed unexpectedly while handling a request (Kafka's
+    UNKNOWN_SERVER_ERROR).
+
+    The message names the request type and the original exception's type and text; the
+    actor logs the traceback. Not retriable: the same request would fail the same way.
+    """
 
     code = -1
+
+
+class IllegalStateError(RaystreamError):
+    """A client was used in a state that does not allow the call (e.g. after close).
+
+    Raised on the client side only; Kafka has no code for it (-1, shared with
+    :class:`UnknownServerError`, which is what -1 reads back as).
+    """
 
 
 _BY_CODE: dict[int, type[RaystreamError]] = {
@@ -353,13 +376,23 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         FencedLeaderEpochError,
         ProducerFencedError,
         LogDirInUseError,
+        UnknownServerError,
     )
 }
 
 
 def error_for_code(code: int, message: str) -> RaystreamError:
-    """Build the exception for an error code carried in an actor's response."""
-    return _BY_CODE.get(code, RaystreamError)(message)
+    """Build the exception for an error code carried in an actor's response (a code
+    this module does not know reads back as :class:`UnknownServerError`, naming it)."""
+    cls = _BY_CODE.get(code)
+    if cls is None:
+        return UnknownServerError(f"error code {code}: {message}")
+    return cls(message)
+
+
+def round_trips(error: RaystreamError) -> bool:
+    """Whether ``error``'s class is what its code reads back as (see :func:`error_for_code`)."""
+    return _BY_CODE.get(error.code) is type(error)
 
 
 def code_of(error: BaseException) -> int:

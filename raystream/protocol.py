@@ -1,5 +1,8 @@
 """The requests' answers that cross the actor boundary between clients and servers.
 
+The requests themselves are in :mod:`raystream.requests`; each names the answer type
+here that its errors are reported in.
+
 Actors answer with an error code (Kafka's numbering, see :mod:`raystream.errors`) and a
 message instead of raising, so one failed partition never fails a whole call and a
 client can decide per error whether to refresh metadata and retry. Record data travels
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raystream.errors import RaystreamError, code_of, error_for_code
+from raystream.errors import RaystreamError, code_of, error_for_code, round_trips
 from raystream.log.batch import OFFSET_COLUMN, PayloadDecoder
 from raystream.log.log import stored_batches, stored_to_table
 from raystream.records import empty_fetch, record_schema
@@ -73,10 +76,12 @@ def wire_bytes(run: pa.Buffer) -> Any:
 
 
 def failure(error: BaseException, response: type[Response] = Result, **fields: Any) -> Response:
-    """The answer that reports ``error`` (unexpected errors keep their type in the text)."""
-    message = (
-        str(error) if isinstance(error, RaystreamError) else f"{type(error).__name__}: {error}"
-    )
+    """The answer that reports ``error``; an error whose class its code does not read
+    back as (see :func:`~raystream.errors.round_trips`) keeps its class name in the text."""
+    if isinstance(error, RaystreamError) and round_trips(error):
+        message = str(error)
+    else:
+        message = f"{type(error).__name__}: {error}"
     return response(error_code=code_of(error), message=message, **fields)
 
 
@@ -152,6 +157,40 @@ class ListOffsetsResponse(Response):
 
     offset: int = -1
     timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetchResponse(Response):
+    """A follower's fetch: the leader's raw stored runs from the fetch offset (empty when
+    the follower must restart at ``log_start_offset``), and the leader's offsets."""
+
+    data: tuple[Any, ...] | list[Any] = ()
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderEpochResponse(Response):
+    """The largest leader epoch at or below the one asked for, and the offset where it
+    ended on the leader (what a new follower truncates to)."""
+
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkerResponse(Response):
+    """The offset a transaction marker was written at."""
+
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse(Response):
+    """The partition's log start offset after a DeleteRecords (Kafka's low watermark)."""
+
+    low_watermark: int = -1
 
 
 @dataclass(frozen=True, slots=True)

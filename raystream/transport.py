@@ -1,9 +1,10 @@
 """The one place client code touches Ray, shared with the server actors that call others.
 
-Starting or attaching to Ray, finding and stopping named actors, calling actors (over
-their direct path where they serve one, see :mod:`raystream.wire`) and waiting on the
-calls. Waiting turns Ray's failures into
-raystream errors: a dead or unreachable actor becomes the retriable
+Starting or attaching to Ray, finding and stopping named actors, sending requests to
+server actors (:func:`send`: a typed request of :mod:`raystream.requests` to the actor's
+``handle``, over its direct path where it serves one, see :mod:`raystream.wire`),
+calling other actor methods (:func:`call`) and waiting on the calls. Waiting turns
+Ray's failures into raystream errors: a dead or unreachable actor becomes the retriable
 :class:`BrokerNotAvailableError` (refresh metadata, retry), a timeout becomes
 :class:`RaystreamTimeoutError`. Keeping Ray here leaves the rest of the client plain
 Python over opaque handles and call references.
@@ -37,6 +38,7 @@ from ray.exceptions import (
 )
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from raystream.dispatch import HANDLE
 from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError
 from raystream.java import provide_java
 from raystream.wire import Channel, Endpoint, settle
@@ -152,6 +154,13 @@ def call(actor: Any, method: str, *args: Any) -> Future:
     :func:`outcome` translates both.
     """
     return _ROUTES.call(actor, method, args)
+
+
+def send(actor: Any, request: Any) -> Future:
+    """Send a typed request (:mod:`raystream.requests`) to a server actor's ``handle``,
+    over its direct path where it serves one, else as a Ray call; a future of the answer
+    (see :func:`call`, :func:`outcome`)."""
+    return _ROUTES.call(actor, HANDLE, (request,))
 
 
 def finished(futures: Sequence[Future], timeout_s: float = 0.0) -> list[Future]:

@@ -1,11 +1,14 @@
-"""The data plane's direct path: an actor's hot methods called over a socket.
+"""The data plane's direct path: an actor's requests sent over a socket.
 
 A Ray actor call costs about a millisecond of scheduling and bookkeeping on each side
 (``python -m benchmarks.bench_calls``); a request over a plain TCP connection costs a
 tenth of that. Latency (an end-to-end record, an ``acks=all`` round of replication) is a
-few such calls in a row, so the hot calls (produce, fetch, replica fetch) take this
-path, while Ray keeps everything it is good at: placing, starting, restarting and
-finding the actors, and every control-plane call.
+few such calls in a row, so requests (produce, fetch, replica fetch, a transaction's
+and a commit's coordinator calls) take this path, while Ray keeps everything it is good
+at: placing, starting, restarting and finding the actors, and every control-plane call.
+A server actor serves one method here, ``handle(request)`` with a typed request of
+:mod:`raystream.requests` (see :mod:`raystream.actors.direct`); the server below is
+generic over the methods it is given.
 
 An actor serving the path listens on an ephemeral port and hands out its
 :class:`Endpoint` (address and a random token) through a Ray call, so only a process

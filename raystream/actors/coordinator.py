@@ -24,7 +24,10 @@ generation (KIP-447), so a zombie's offsets never enter a transaction.
 A join is a call that stays open until the group's rebalance completes (every member
 rejoined, or the rebalance timeout passed), then answers with the member's assignment.
 A background tick expires sessions, completes timed-out rebalances, and starts a
-rebalance when a subscribed topic gains partitions. Every method answers with a
+rebalance when a subscribed topic gains partitions. Every request (the typed messages
+of :mod:`raystream.requests`: joins, heartbeats, leaves, commits, offset fetches, the
+KIP-447 check, admin) goes through the coordinator's
+:class:`~raystream.dispatch.Dispatcher` and is answered with a
 :class:`~raystream.protocol.Result` (an error code, never an exception), so bad input
 never kills the actor.
 """
@@ -43,10 +46,10 @@ import ray
 from raystream.actors.direct import DirectPath
 from raystream.actors.liveness import is_down
 from raystream.actors.partition_client import EARLIEST_TIMESTAMP, PartitionClient
+from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
-    InvalidRequestError,
     OffsetOutOfRangeError,
     RaystreamError,
     UnknownMemberIdError,
@@ -62,16 +65,26 @@ from raystream.groups.offsets_topic import (
     offset_records,
     partition_for,
 )
-from raystream.protocol import Result, failure
+from raystream.protocol import Response, Result, failure
 from raystream.records import batch_from_table
+from raystream.requests import (
+    GROUP_COORDINATOR_WRITER,
+    DescribeGroupRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    ResetOffsetsRequest,
+    TxnOffsetCheckRequest,
+)
 from raystream.types import TopicPartition
 from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)
 
 COORDINATOR_NAME = "raystream-group-coordinator"
-DIRECT_METHODS = ("commit_offsets", "fetch_offsets", "check_txn_offsets")
-"""The calls served on the direct path: those a commit or a transaction makes."""
 TICK_S = 0.1
 CRASH_CHECK_AFTER_S = 0.5
 """Silence after which a member in a Ray actor is looked up in Ray's actor table."""
@@ -92,7 +105,21 @@ class GroupCoordinator:
 
     def __init__(self, namespace: str, listener_host: str, partitions: int) -> None:
         self._namespace = namespace
-        self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
+        self._dispatcher = Dispatcher(
+            "the group coordinator",
+            {
+                JoinGroupRequest: self._join_group,
+                HeartbeatRequest: self._heartbeat,
+                LeaveGroupRequest: self._leave_group,
+                OffsetCommitRequest: self._commit_offsets,
+                OffsetFetchRequest: self._fetch_offsets,
+                TxnOffsetCheckRequest: self._check_txn_offsets,
+                ResetOffsetsRequest: self._reset_offsets,
+                ListGroupsRequest: self._list_groups,
+                DescribeGroupRequest: self._describe_group,
+            },
+        )
+        self._direct = DirectPath(self.handle, listener_host)
         self._partitions = partitions
         self._store = GroupStore()
         self._positions = [0] * partitions
@@ -106,6 +133,12 @@ class GroupCoordinator:
         self._waiters: dict[str, dict[str, asyncio.Future]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tick_task: asyncio.Task | None = None
+
+    async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
+        """Answer a group request (:mod:`raystream.requests`) through the coordinator's
+        dispatcher, over Ray and over the direct path alike; the groups are loaded
+        from ``__consumer_offsets`` before the first one is handled."""
+        return await self._dispatcher.dispatch(request, context)
 
     # ------------------------------------------------------------------ startup
 
@@ -195,193 +228,146 @@ class GroupCoordinator:
         except Exception as error:  # best effort: members of a forgotten rebalance rejoin
             logger.warning("memberships past the last stable offset not loaded: %s", error)
 
-    async def check_txn_offsets(self, group_id: str, member_id: str, generation: int) -> Result:
-        """Whether a member may add offsets of ``group_id`` to a transaction (KIP-447).
+    async def _check_txn_offsets(self, request: TxnOffsetCheckRequest) -> Result:
+        """Whether a member may add offsets of the group to a transaction (KIP-447).
 
-        Raises (as a code): CommitFailedError for an evicted member or a stale generation.
+        Raises:
+            CommitFailedError: an evicted member or a stale generation.
         """
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            self._store.groups.setdefault(group_id, Group(group_id)).check_commit(
-                member_id, generation
-            )
-            return Result()
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        self._store.groups.setdefault(request.group_id, Group(request.group_id)).check_commit(
+            request.member_id, request.generation_id
+        )
+        return Result()
 
     # ------------------------------------------------------------------ members
 
-    async def join_group(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        client_id: str,
-        topics: list[str],
-        strategies: list[str],
-        owned: list[tuple[str, int]],
-        owned_generation: int,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        actor_id: str | None = None,
-    ) -> Result:
+    async def _join_group(self, request: JoinGroupRequest) -> Result:
         """Join (or rejoin) a group; answers once the rebalance gives an assignment.
 
         ``actor_id``: the Ray actor the member runs in, if any; a crash of that actor
         evicts the member as soon as Ray reports it, not a session timeout later.
         The answer's value is an :class:`~raystream.groups.group.Assigned`.
         """
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            group = self._store.groups.setdefault(group_id, Group(group_id))
-            old_member = member_id
-            outcome = group.join(
-                member_id,
-                group_instance_id,
-                client_id,
-                topics,
-                strategies,
-                owned,
-                owned_generation,
-                session_timeout_ms / 1000,
-                rebalance_timeout_ms / 1000,
-                time.monotonic(),
-                actor_id,
-            )
-            if not outcome.wait:
-                if outcome.member_id != old_member:  # a static member came back
-                    await self._write(group_id, group_record(group))
-                return Result(value=group.assigned(outcome.member_id))
-            waiters = self._waiters.setdefault(group_id, {})
-            previous = waiters.pop(outcome.member_id, None)
-            if previous is not None and not previous.done():
-                previous.set_result(failure(UnknownMemberIdError("superseded by a newer join")))
-            answer = asyncio.get_running_loop().create_future()
-            waiters[outcome.member_id] = answer
-            await self._maybe_complete(group)
-            return await answer
-        except Exception as error:
-            return failure(error)
-
-    async def heartbeat(self, group_id: str, member_id: str, generation: int) -> Result:
-        """Keep a member's session alive; the error says when to rejoin."""
-        try:
-            await self._ready()
-            self._group(group_id).heartbeat(member_id, generation, time.monotonic())
-            return Result()
-        except Exception as error:
-            return failure(error)
-
-    async def leave_group(self, group_id: str, member_id: str) -> Result:
-        """A closing member leaves; the others rebalance at once."""
-        try:
-            await self._ready()
-            group = self._group(group_id)
-            group.leave(member_id, time.monotonic())
-            self._fail_waiter(group_id, member_id)
-            if not group.members:
+        await self._ready()
+        group_id = request.group_id
+        group = self._store.groups.setdefault(group_id, Group(group_id))
+        old_member = request.member_id
+        outcome = group.join(
+            request.member_id,
+            request.group_instance_id,
+            request.client_id,
+            list(request.topics),
+            list(request.protocols),
+            [tuple(p) for p in request.owned_partitions],
+            request.owned_generation,
+            request.session_timeout_ms / 1000,
+            request.rebalance_timeout_ms / 1000,
+            time.monotonic(),
+            request.actor_id,
+        )
+        if not outcome.wait:
+            if outcome.member_id != old_member:  # a static member came back
                 await self._write(group_id, group_record(group))
-            await self._maybe_complete(group)
-            return Result()
-        except Exception as error:
-            return failure(error)
+            return Result(value=group.assigned(outcome.member_id))
+        waiters = self._waiters.setdefault(group_id, {})
+        previous = waiters.pop(outcome.member_id, None)
+        if previous is not None and not previous.done():
+            previous.set_result(failure(UnknownMemberIdError("superseded by a newer join")))
+        answer = asyncio.get_running_loop().create_future()
+        waiters[outcome.member_id] = answer
+        await self._maybe_complete(group)
+        return await answer
+
+    async def _heartbeat(self, request: HeartbeatRequest) -> Result:
+        """Keep a member's session alive; the error says when to rejoin."""
+        await self._ready()
+        self._group(request.group_id).heartbeat(
+            request.member_id, request.generation_id, time.monotonic()
+        )
+        return Result()
+
+    async def _leave_group(self, request: LeaveGroupRequest) -> Result:
+        """A closing member leaves; the others rebalance at once."""
+        await self._ready()
+        group = self._group(request.group_id)
+        group.leave(request.member_id, time.monotonic())
+        self._fail_waiter(request.group_id, request.member_id)
+        if not group.members:
+            await self._write(request.group_id, group_record(group))
+        await self._maybe_complete(group)
+        return Result()
 
     # ------------------------------------------------------------------ offsets
 
-    async def commit_offsets(
-        self,
-        group_id: str,
-        member_id: str,
-        generation: int,
-        offsets: list[tuple[str, int, int, str]],
-    ) -> Result:
+    async def _commit_offsets(self, request: OffsetCommitRequest) -> Result:
         """Commit ``(topic, partition, offset, metadata)`` items, all or none.
 
         Members pass their id and generation; others (admin, consumers using
         ``assign()``) pass "" and -1, accepted only while the group has no members.
         """
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            committed = _offsets(offsets)
-            group = self._store.groups.setdefault(group_id, Group(group_id))
-            group.check_commit(member_id, generation)
-            await self._write(group_id, offset_records(group_id, committed))
-            self._store.offsets.setdefault(group_id, {}).update(committed)
-            return Result()
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        group_id = request.group_id
+        committed = _offsets(request.offsets)
+        group = self._store.groups.setdefault(group_id, Group(group_id))
+        group.check_commit(request.member_id, request.generation_id)
+        await self._write(group_id, offset_records(group_id, committed))
+        self._store.offsets.setdefault(group_id, {}).update(committed)
+        return Result()
 
-    async def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: list[tuple[str, int]] | None = None,
-        require_stable: bool = False,
-    ) -> Result:
+    async def _fetch_offsets(self, request: OffsetFetchRequest) -> Result:
         """The group's committed offsets (of ``partitions``, default all), by TopicPartition.
 
         The group's partition is read up to its last stable offset first (offsets that
         transactions committed). With ``require_stable`` the answer is
         UnstableOffsetCommitError (retriable) while a transaction is open on it.
         """
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            stable = await self._read_committed(partition_for(group_id, self._partitions))
-            if require_stable and not stable:
-                raise UnstableOffsetCommitError(
-                    f"group {group_id!r}: a transaction may still commit its offsets"
-                )
-            committed = self._store.offsets.get(group_id, {})
-            wanted = committed if partitions is None else [TopicPartition(*p) for p in partitions]
-            return Result(value={tp: committed[tp].offset for tp in wanted if tp in committed})
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        group_id = request.group_id
+        stable = await self._read_committed(partition_for(group_id, self._partitions))
+        if request.require_stable and not stable:
+            raise UnstableOffsetCommitError(
+                f"group {group_id!r}: a transaction may still commit its offsets"
+            )
+        committed = self._store.offsets.get(group_id, {})
+        wanted = (
+            committed
+            if request.partitions is None
+            else [TopicPartition(*p) for p in request.partitions]
+        )
+        return Result(value={tp: committed[tp].offset for tp in wanted if tp in committed})
 
-    async def reset_offsets(
-        self, group_id: str, offsets: list[tuple[str, int, int, str]]
-    ) -> Result:
+    async def _reset_offsets(self, request: ResetOffsetsRequest) -> Result:
         """Overwrite committed offsets of a group without active members (admin)."""
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            committed = _offsets(offsets)
-            group = self._store.groups.setdefault(group_id, Group(group_id))
-            group.check_inactive("reset_offsets")
-            await self._write(group_id, offset_records(group_id, committed))
-            self._store.offsets.setdefault(group_id, {}).update(committed)
-            return Result()
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        group_id = request.group_id
+        committed = _offsets(request.offsets)
+        group = self._store.groups.setdefault(group_id, Group(group_id))
+        group.check_inactive("reset_offsets")
+        await self._write(group_id, offset_records(group_id, committed))
+        self._store.offsets.setdefault(group_id, {}).update(committed)
+        return Result()
 
     # -------------------------------------------------------------------- admin
 
-    async def list_groups(self) -> Result:
+    async def _list_groups(self, request: ListGroupsRequest) -> Result:
         """Ids of the groups that have members or committed offsets, sorted."""
-        try:
-            await self._ready()
-            ids = {g for g, group in self._store.groups.items() if group.members}
-            ids.update(g for g, offsets in self._store.offsets.items() if offsets)
-            return Result(value=sorted(ids))
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        ids = {g for g, group in self._store.groups.items() if group.members}
+        ids.update(g for g, offsets in self._store.offsets.items() if offsets)
+        return Result(value=sorted(ids))
 
-    async def describe_group(self, group_id: str) -> Result:
+    async def _describe_group(self, request: DescribeGroupRequest) -> Result:
         """State, generation, protocol, members and their partitions, committed offsets."""
-        try:
-            await self._ready()
-            _check_group_id(group_id)
-            await self._read_committed(partition_for(group_id, self._partitions))
-            group = self._group(group_id)  # known by its offsets alone, if need be
-            description = group.describe()
-            description["offsets"] = {
-                tp: o.offset for tp, o in self._store.offsets.get(group_id, {}).items()
-            }
-            return Result(value=description)
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        group_id = request.group_id
+        await self._read_committed(partition_for(group_id, self._partitions))
+        group = self._group(group_id)  # known by its offsets alone, if need be
+        description = group.describe()
+        description["offsets"] = {
+            tp: o.offset for tp, o in self._store.offsets.get(group_id, {}).items()
+        }
+        return Result(value=description)
 
     async def endpoint(self) -> Endpoint | None:
         """Where this coordinator serves its offset calls directly (see
@@ -492,10 +478,9 @@ class GroupCoordinator:
         metadata = await self._client.topic_metadata(OFFSETS_TOPIC)
         batch = batch_from_table(table, metadata.record_schema, None, int(time.time() * 1000))
         async with self._writing.setdefault(group_id, asyncio.Lock()):
-            await self._client.produce(tp, batch, WRITE_TIMEOUT_S)
+            await self._client.produce(tp, batch, WRITE_TIMEOUT_S, GROUP_COORDINATOR_WRITER)
 
     def _group(self, group_id: str) -> Group:
-        _check_group_id(group_id)
         group = self._store.groups.get(group_id)
         if group is None:
             if group_id in self._store.offsets:
@@ -517,35 +502,14 @@ def _report(partition: int, skipped: list[tuple[int, str]]) -> None:
         )
 
 
-def _check_group_id(group_id: Any) -> None:
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidRequestError(f"group_id must be a non-empty string, not {group_id!r}")
-
-
 def _offsets(items: Any) -> dict[TopicPartition, OffsetAndMetadata]:
-    """Validated ``(topic, partition, offset, metadata)`` items as a commit."""
-    committed: dict[TopicPartition, OffsetAndMetadata] = {}
+    """Validated (see :class:`~raystream.requests.OffsetCommitRequest`) ``(topic,
+    partition, offset, metadata)`` items as a commit."""
     now_ms = int(time.time() * 1000)
-    for item in items:
-        try:
-            topic, partition, offset, metadata = item
-        except (TypeError, ValueError):
-            raise InvalidRequestError(
-                f"an offset commit item must be (topic, partition, offset, metadata), not {item!r}"
-            ) from None
-        if not isinstance(topic, str) or not topic:
-            raise InvalidRequestError(f"commit: topic must be a non-empty string, not {topic!r}")
-        for name, value in (("partition", partition), ("offset", offset)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise InvalidRequestError(
-                    f"commit: {name} of {topic}-{partition} must be an integer >= 0, not {value!r}"
-                )
-        if not isinstance(metadata, str):
-            raise InvalidRequestError(f"commit: metadata must be a string, not {metadata!r}")
-        committed[TopicPartition(topic, partition)] = OffsetAndMetadata(offset, metadata, now_ms)
-    if not committed:
-        raise InvalidRequestError("commit: no offsets given")
-    return committed
+    return {
+        TopicPartition(topic, partition): OffsetAndMetadata(offset, metadata, now_ms)
+        for topic, partition, offset, metadata in items
+    }
 
 
 GroupCoordinatorActor = ray.remote(GroupCoordinator)

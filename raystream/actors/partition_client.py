@@ -50,7 +50,14 @@ from raystream.protocol import (
     Result,
     TopicMetadata,
 )
-from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, call
+from raystream.requests import (
+    FetchRequest,
+    ListOffsetsRequest,
+    ProduceRequest,
+    Request,
+    WriteTxnMarkerRequest,
+)
+from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, send
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -154,8 +161,16 @@ class PartitionClient:
 
     # ------------------------------------------------------------------ requests
 
-    async def produce(self, tp: TopicPartition, batch: pa.RecordBatch, timeout_s: float) -> int:
+    async def produce(
+        self,
+        tp: TopicPartition,
+        batch: pa.RecordBatch,
+        timeout_s: float,
+        writer: str | None = None,
+    ) -> int:
         """Append ``batch`` (the topic's stored layout) with ``acks=all``; its base offset.
+        An internal topic takes it only from a trusted ``writer`` (see
+        :data:`raystream.requests.INTERNAL_WRITERS`).
 
         Sent as an Arrow IPC stream, as producers send theirs (a pickled one-row batch
         costs more to carry). Retried until ``timeout_s`` passes. Not idempotent: a
@@ -170,7 +185,10 @@ class PartitionClient:
         """
         data = b"".join(self._encoder.payload(batch, None))
         deadline = time.monotonic() + timeout_s
-        answer = await self._request(tp, deadline, "produce", data, "all", int(timeout_s * 1000))
+        request = ProduceRequest(
+            tp.topic, tp.partition, data, "all", int(timeout_s * 1000), internal_writer=writer
+        )
+        answer = await self._request(tp, deadline, request)
         return answer.base_offset
 
     async def fetch(
@@ -188,9 +206,10 @@ class PartitionClient:
             RaystreamTimeoutError: no answer within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        return await self._request(
-            tp, deadline, "fetch", offset, FETCH_MAX_BYTES, 0, 1, isolation_level
+        request = FetchRequest(
+            tp.topic, tp.partition, offset, FETCH_MAX_BYTES, 0, 1, isolation_level
         )
+        return await self._request(tp, deadline, request)
 
     async def list_offset(
         self,
@@ -207,7 +226,8 @@ class PartitionClient:
             RaystreamTimeoutError: no answer within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        answer = await self._request(tp, deadline, "list_offsets", timestamp, isolation_level)
+        request = ListOffsetsRequest(tp.topic, tp.partition, timestamp, isolation_level)
+        answer = await self._request(tp, deadline, request)
         return answer.offset
 
     async def write_txn_marker(
@@ -227,12 +247,15 @@ class PartitionClient:
             leader = await self._leader(tp)
             answer = await self._call(
                 leader,
-                "write_txn_marker",
-                producer_id,
-                producer_epoch,
-                commit,
-                coordinator_epoch,
-                timeout_ms,
+                WriteTxnMarkerRequest(
+                    tp.topic,
+                    tp.partition,
+                    producer_id,
+                    producer_epoch,
+                    commit,
+                    coordinator_epoch,
+                    timeout_ms,
+                ),
             )
             error = answer.error()
         except RaystreamError as failed:
@@ -241,8 +264,8 @@ class PartitionClient:
             self._leaders.pop(tp, None)
         return error
 
-    async def _request(self, tp: TopicPartition, deadline: float, method: str, *args: Any) -> Any:
-        """Call ``method(*args)`` on the leader of ``tp`` until it answers without a
+    async def _request(self, tp: TopicPartition, deadline: float, request: Request) -> Any:
+        """Send ``request`` to the leader of ``tp`` until it answers without a
         retriable error or ``deadline`` (a ``time.monotonic()`` value) passes.
 
         Raises:
@@ -253,7 +276,7 @@ class PartitionClient:
         while True:
             try:
                 leader = await self._leader(tp)
-                answer = await self._within(deadline, self._call(leader, method, *args))
+                answer = await self._within(deadline, self._call(leader, request))
                 answer.raise_for_error()
                 return answer
             except RaystreamError as error:
@@ -263,8 +286,8 @@ class PartitionClient:
                     self._leaders.pop(tp, None)
                 if time.monotonic() + pause >= deadline:
                     raise RaystreamTimeoutError(
-                        f"{method} on {tp.topic}-{tp.partition} still failing at its "
-                        f"deadline: {error}"
+                        f"{type(request).__name__} on {tp.topic}-{tp.partition} still "
+                        f"failing at its deadline: {error}"
                     ) from error
                 logger.debug("%s-%d: retrying after %s", tp.topic, tp.partition, error)
                 await asyncio.sleep(pause)
@@ -283,17 +306,20 @@ class PartitionClient:
         except TimeoutError:
             raise RaystreamTimeoutError("no answer before the deadline") from None
 
-    async def _call(self, leader: Any, method: str, *args: Any) -> Response:
-        """``leader.method(*args)`` over the transport: the one place a replica is called.
+    async def _call(self, leader: Any, request: Request) -> Response:
+        """``request`` to ``leader`` over the transport (:func:`~raystream.transport.send`):
+        the one place a replica is called.
 
         Raises:
             BrokerNotAvailableError: the leader died, cannot be reached, or the call was
                 lost inside Ray (retriable: the metadata is refreshed first).
         """
         try:
-            return await asyncio.wrap_future(call(leader, method, *args))
+            return await asyncio.wrap_future(send(leader, request))
         except CALL_ERRORS as error:  # dead, restarting, unreachable, or the call lost
-            raise BrokerNotAvailableError(f"{method} to the leader failed: {error}") from None
+            raise BrokerNotAvailableError(
+                f"{type(request).__name__} to the leader failed: {error}"
+            ) from None
 
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "PartitionClient"]

@@ -26,8 +26,12 @@ index names without a scan; markers are never returned as records.
 
 A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
 the newest snapshot and the batch headers after it, and asks the controller for its
-role before it serves anything. Every method answers with an error code instead of
-raising, so bad input never kills the actor or touches the log.
+role before it serves anything. Every request (:mod:`raystream.requests`: produce,
+fetch, list offsets, replica fetch, leader epoch, marker, delete records) reaches the
+replica through
+``handle`` and its :class:`~raystream.dispatch.Dispatcher`, over Ray or the direct path:
+checked before anything is touched, answered with an error code instead of raising, so
+bad input never kills the actor or touches the log.
 """
 
 from __future__ import annotations
@@ -47,23 +51,22 @@ import ray
 
 from raystream.actors.direct import DirectPath
 from raystream.config import BrokerConfig
+from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
     FencedLeaderEpochError,
     InvalidRecordError,
-    InvalidRequestError,
     LeaderNotAvailableError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
     RaystreamTimeoutError,
+    UnknownTopicOrPartitionError,
 )
 from raystream.log import Log, LogConfig
 from raystream.log.batch import BatchHeader, PayloadDecoder, stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
 from raystream.log.producer_state import (
-    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    SEQUENCE_LIMIT,
     AppendCheck,
     ProducerStateManager,
     Verdict,
@@ -73,22 +76,37 @@ from raystream.protocol import (
     CONTROLLER_NAME,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    DeleteRecordsResponse,
     FetchResponse,
     ListOffsetsResponse,
+    OffsetForLeaderEpochResponse,
     ProduceResponse,
+    ReplicaFetchResponse,
+    Response,
     Result,
+    WriteTxnMarkerResponse,
     failure,
     wire_bytes,
 )
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
+from raystream.requests import (
+    ACKS,
+    DeleteRecordsRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+    PartitionRequest,
+    ProduceRequest,
+    ReplicaFetchRequest,
+    WriteTxnMarkerRequest,
+)
 from raystream.transactions.markers import marker_batch
-from raystream.transport import call
+from raystream.transport import send
 from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)
 
-ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 PARTITION_METADATA_FILE = "partition.metadata"
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
 ROLE_LEADER = "leader"
@@ -99,10 +117,6 @@ REPLICA_FETCH_WAIT_MS = 500
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
-
-
-DIRECT_METHODS = ("produce", "fetch", "replica_fetch", "list_offsets", "write_txn_marker")
-"""The calls a replica serves on its direct path: the data plane."""
 
 
 def _consumer_skip(
@@ -199,12 +213,96 @@ class PartitionReplica:
         self._truncations = 0  # times the log lost a tail (snapshots made before are stale)
         self._isr_change_pending = False
         self._epoch_start_offset = 0
-        self._direct = DirectPath(self, DIRECT_METHODS, self.broker.listener_host)
+        self._dispatcher = Dispatcher(
+            f"replica {replica_id} of {topic}-{partition}",
+            {
+                ProduceRequest: self._produce,
+                FetchRequest: self._fetch,
+                ListOffsetsRequest: self._list_offsets,
+                ReplicaFetchRequest: self._replica_fetch,
+                OffsetForLeaderEpochRequest: self._offset_for_leader_epoch,
+                WriteTxnMarkerRequest: self._write_txn_marker,
+                DeleteRecordsRequest: self._delete_records,
+            },
+        )
+        self._direct = DirectPath(self.handle, self.broker.listener_host)
+
+    async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
+        """Answer a data-plane request (:mod:`raystream.requests`) through the replica's
+        dispatcher: the one entry of every produce, fetch, list-offsets, replica fetch,
+        leader-epoch, marker and delete-records request, over Ray and over the direct path
+        alike."""
+        self._start()
+        return await self._dispatcher.dispatch(request, context)
 
     async def endpoint(self) -> Endpoint | None:
-        """Where this replica serves produce and fetch calls directly (see
-        :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
+        """Where this replica serves its requests directly (see :mod:`raystream.wire`),
+        or None when ``listener.host`` is empty."""
         return await self._direct.endpoint()
+
+    def _check_target(self, request: PartitionRequest) -> None:
+        """Refuse a request meant for another partition (a stale handle)."""
+        if request.topic != self.topic or request.partition != self.partition:
+            raise UnknownTopicOrPartitionError(
+                f"replica {self.replica_id} serves {self.topic}-{self.partition}, not "
+                f"{request.topic}-{request.partition}"
+            )
+
+    # ------------------------------------------------------- Ray-call shorthands
+
+    async def produce(
+        self,
+        batch: Any,
+        acks: int | str = 1,
+        timeout_ms: int = 30_000,
+        compression: str | None = None,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+    ) -> Response:
+        """A :class:`~raystream.requests.ProduceRequest` to this partition, for tools
+        and tests calling the actor by hand (clients send the request to :meth:`handle`)."""
+        return await self.handle(
+            ProduceRequest(
+                self.topic,
+                self.partition,
+                batch,
+                acks,
+                timeout_ms,
+                compression,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                transactional,
+            )
+        )
+
+    async def fetch(
+        self,
+        offset: int,
+        max_bytes: int = 1 << 20,
+        max_wait_ms: int = 500,
+        min_bytes: int = 1,
+        isolation_level: str = "read_uncommitted",
+    ) -> Response:
+        """A :class:`~raystream.requests.FetchRequest` to this partition, for tools and
+        tests calling the actor by hand."""
+        return await self.handle(
+            FetchRequest(
+                self.topic, self.partition, offset, max_bytes, max_wait_ms, min_bytes,
+                isolation_level,
+            )
+        )
+
+    async def list_offsets(
+        self, timestamp: int, isolation_level: str = "read_uncommitted"
+    ) -> Response:
+        """A :class:`~raystream.requests.ListOffsetsRequest` to this partition, for tools
+        and tests calling the actor by hand."""
+        return await self.handle(
+            ListOffsetsRequest(self.topic, self.partition, timestamp, isolation_level)
+        )
 
     # ------------------------------------------------------------------ roles
 
@@ -303,20 +401,10 @@ class PartitionReplica:
 
     # ---------------------------------------------------------------- produce
 
-    async def produce(
-        self,
-        batch: pa.RecordBatch | bytes,
-        acks: int | str = 1,
-        timeout_ms: int = 30_000,
-        compression: str | None = None,
-        producer_id: int = NO_PRODUCER_ID,
-        producer_epoch: int = -1,
-        base_sequence: int = -1,
-        transactional: bool = False,
-    ) -> ProduceResponse:
+    async def _produce(self, request: ProduceRequest) -> ProduceResponse:
         """Append one batch as leader; answer with its base offset.
 
-        ``batch`` is a RecordBatch of the topic's layout or, as producers send it, the
+        ``records`` is a RecordBatch of the topic's layout or, as producers send it, the
         bytes of a one-batch Arrow IPC stream (cheaper for Ray to carry than a pickled
         RecordBatch; decoded here without a copy).
 
@@ -330,132 +418,104 @@ class PartitionReplica:
         base offset; a batch ahead of its producer's next sequence waits for its
         predecessor (see :meth:`_check_sequence`). A ``transactional`` batch (it needs a
         producer id) belongs to its producer's open transaction on this partition.
+        Field checks, the internal-topic rule included, are the request's own
+        (:meth:`ProduceRequest.validate <raystream.requests.ProduceRequest.validate>`).
         """
-        self._start()
-        try:
-            required = ACKS.get(acks) if isinstance(acks, int | str) else None
-            if required is None:
-                raise InvalidRequestError(f"acks={acks!r} is invalid; use 0, 1, 'all' or -1")
-            self._require_leader()
-            if isinstance(batch, bytes | pa.Buffer):
-                batch = self._decode(batch)
-            if not isinstance(batch, pa.RecordBatch):
-                raise InvalidRecordError(
-                    f"produce takes a pyarrow RecordBatch or its Arrow IPC stream, not "
-                    f"{type(batch).__name__}"
-                )
-            if batch.schema is not self._last_schema and not batch.schema.equals(
-                self.record_schema
-            ):
-                raise InvalidRecordError(
-                    f"batch schema does not match topic {self.topic!r}: expected "
-                    f"{self.record_schema}, got {batch.schema}"
-                )
-            self._last_schema = batch.schema
-            _check_producer_fields(producer_id, producer_epoch, base_sequence)
-            if transactional is not False and (
-                transactional is not True or producer_id == NO_PRODUCER_ID
-            ):
-                raise InvalidRequestError(
-                    f"transactional={transactional!r} needs a bool and a producer id "
-                    f"(producer_id={producer_id})"
-                )
-            if required == -1 and len(self.isr) < self.config.min_insync_replicas:
-                raise NotEnoughReplicasError(
-                    f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas "
-                    f"{self.isr}, fewer than min.insync.replicas="
-                    f"{self.config.min_insync_replicas}"
-                )
-            check = None
-            if producer_id != NO_PRODUCER_ID and batch.num_rows:
-                check = await self._check_sequence(
-                    producer_id, producer_epoch, base_sequence, batch.num_rows, timeout_ms
-                )
-            if check is not None and check.verdict is Verdict.DUPLICATE:
-                base, last = check.first_offset, check.last_offset
-            else:  # no await since the check: nothing else appended meanwhile
-                base, last = self.log.append(
-                    batch,
-                    partition_leader_epoch=self.leader_epoch,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    base_sequence=base_sequence,
-                    is_transactional=transactional,
-                    compression=compression,
-                )
-                self.producers.append(
-                    producer_id,
-                    producer_epoch,
-                    base_sequence,
-                    next_sequence(base_sequence, last - base),
-                    base,
-                    last,
-                    _now_ms(),
-                    transactional,
-                )
-                if producer_id != NO_PRODUCER_ID:
-                    self._notify_sequenced()
-                self._notify_appended()
-                self._update_high_watermark()
-            if required == -1:
-                await self._await_commit(last + 1, timeout_ms)
-            append_time = _now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
-            return ProduceResponse(
-                base_offset=base,
-                log_append_time=append_time,
-                log_start_offset=self.log.log_start_offset,
+        self._check_target(request)
+        required = ACKS[request.acks]
+        timeout_ms = request.timeout_ms
+        producer_id = request.producer_id
+        producer_epoch = request.producer_epoch
+        base_sequence = request.base_sequence
+        transactional = request.transactional
+        self._require_leader()
+        batch = request.records
+        if not isinstance(batch, pa.RecordBatch):
+            batch = self._decode(batch)
+        if batch.schema is not self._last_schema and not batch.schema.equals(self.record_schema):
+            raise InvalidRecordError(
+                f"batch schema does not match topic {self.topic!r}: expected "
+                f"{self.record_schema}, got {batch.schema}"
             )
-        except Exception as error:  # answered, never raised across the boundary
-            return failure(error, ProduceResponse)
-
-    async def write_txn_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        timeout_ms: int = 30_000,
-    ) -> Result:
-        """End ``producer_id``'s transaction here with a commit or abort marker (leader).
-
-        The transaction coordinator calls this for every partition of a transaction
-        once the outcome is durable in ``__transaction_state``. Answers once every ISR
-        member has the marker (acks=all), so the coordinator completes a transaction
-        only when its markers cannot be lost; the marker's offset is the value. A
-        marker whose epoch is newer than the producer's fences its older epoch here.
-        Writing one for a producer without an open transaction is harmless (a retry).
-        """
-        self._start()
-        try:
-            _check_producer_fields(producer_id, producer_epoch, 0)
-            if producer_id == NO_PRODUCER_ID or not isinstance(commit, bool):
-                raise InvalidRequestError(
-                    f"a marker needs a producer id and commit=True/False, not "
-                    f"{producer_id!r} and {commit!r}"
-                )
-            if not isinstance(coordinator_epoch, int) or isinstance(coordinator_epoch, bool):
-                raise InvalidRequestError(f"coordinator_epoch={coordinator_epoch!r} is invalid")
-            self._require_leader()
-            self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
-            now = _now_ms()
-            offset, _ = self.log.append(
-                marker_batch(self.record_schema, commit, coordinator_epoch, now),
+        self._last_schema = batch.schema
+        if required == -1 and len(self.isr) < self.config.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas "
+                f"{self.isr}, fewer than min.insync.replicas="
+                f"{self.config.min_insync_replicas}"
+            )
+        check = None
+        if producer_id != NO_PRODUCER_ID and batch.num_rows:
+            check = await self._check_sequence(
+                producer_id, producer_epoch, base_sequence, batch.num_rows, timeout_ms
+            )
+        if check is not None and check.verdict is Verdict.DUPLICATE:
+            base, last = check.first_offset, check.last_offset
+        else:  # no await since the check: nothing else appended meanwhile
+            base, last = self.log.append(
+                batch,
                 partition_leader_epoch=self.leader_epoch,
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
-                is_control=True,
-                is_commit=commit,
+                base_sequence=base_sequence,
+                is_transactional=transactional,
+                compression=request.compression_type,
             )
-            self.producers.complete_txn(
-                producer_id, producer_epoch, commit, offset, now, coordinator_epoch
+            self.producers.append(
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                next_sequence(base_sequence, last - base),
+                base,
+                last,
+                _now_ms(),
+                transactional,
             )
-            self._notify_sequenced()
+            if producer_id != NO_PRODUCER_ID:
+                self._notify_sequenced()
             self._notify_appended()
             self._update_high_watermark()
-            await self._await_commit(offset + 1, timeout_ms)
-            return Result(value=offset)
-        except Exception as error:
-            return failure(error)
+        if required == -1:
+            await self._await_commit(last + 1, timeout_ms)
+        append_time = _now_ms() if self.config.message_timestamp_type == "LogAppendTime" else -1
+        return ProduceResponse(
+            base_offset=base,
+            log_append_time=append_time,
+            log_start_offset=self.log.log_start_offset,
+        )
+
+    async def _write_txn_marker(self, request: WriteTxnMarkerRequest) -> WriteTxnMarkerResponse:
+        """End a producer's transaction here with a commit or abort marker (leader).
+
+        The transaction coordinator sends this for every partition of a transaction
+        once the outcome is durable in ``__transaction_state``. Answers once every ISR
+        member has the marker (acks=all), so the coordinator completes a transaction
+        only when its markers cannot be lost; the answer has the marker's offset. A
+        marker whose epoch is newer than the producer's fences its older epoch here.
+        Writing one for a producer without an open transaction is harmless (a retry).
+        """
+        self._check_target(request)
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
+        commit, coordinator_epoch = request.committed, request.coordinator_epoch
+        self._require_leader()
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = _now_ms()
+        offset, _ = self.log.append(
+            marker_batch(self.record_schema, commit, coordinator_epoch, now),
+            partition_leader_epoch=self.leader_epoch,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_control=True,
+            is_commit=commit,
+        )
+        self.producers.complete_txn(
+            producer_id, producer_epoch, commit, offset, now, coordinator_epoch
+        )
+        self._notify_sequenced()
+        self._notify_appended()
+        self._update_high_watermark()
+        await self._await_commit(offset + 1, request.timeout_ms)
+        return WriteTxnMarkerResponse(offset=offset)
 
     async def _check_sequence(
         self,
@@ -607,18 +667,12 @@ class PartitionReplica:
 
     # ------------------------------------------------------------------ fetch
 
-    async def fetch(
-        self,
-        offset: int,
-        max_bytes: int = 1 << 20,
-        max_wait_ms: int = 500,
-        min_bytes: int = 1,
-        isolation_level: str = "read_uncommitted",
-    ) -> FetchResponse:
-        """Stored batches from ``offset`` below the high watermark, waiting for some if none.
+    async def _fetch(self, request: FetchRequest) -> FetchResponse:
+        """Stored batches from the fetch offset below the high watermark, waiting for
+        some if none.
 
         The batches go as stored, undecoded (see :class:`~raystream.protocol.FetchResponse`);
-        ``max_bytes`` and ``min_bytes`` count their stored size.
+        ``partition_max_bytes`` and ``min_bytes`` count their stored size.
 
         ``read_committed`` reads below the last stable offset and skips aborted
         transactions' batches; either level hides markers. Long polling: when fewer
@@ -626,48 +680,43 @@ class PartitionReplica:
         ``max_wait_ms`` for new data, so a consumer at the end of the log gets a new
         record as soon as it is committed, without polling in a loop.
         """
-        self._start()
-        try:
-            for name, value in (("offset", offset), ("max_bytes", max_bytes)):
-                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                    raise InvalidRequestError(f"fetch {name}={value!r} must be an integer >= 0")
-            if isolation_level not in ("read_uncommitted", "read_committed"):
-                raise InvalidRequestError(
-                    f"isolation_level={isolation_level!r}: use read_uncommitted or read_committed"
-                )
-            self._require_leader()
-            deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
-            committed = isolation_level == "read_committed"
-            while True:
-                self._check_range(offset)
-                limit = self._read_limit(committed)
-                aborted = self.producers.aborted_filter(offset, limit) if committed else None
-                runs, next_offset = self.log.read_raw_until(
-                    offset, max_bytes, limit, _consumer_skip(aborted)
-                )
-                size = sum(run.size for run in runs)
-                remaining = deadline - time.monotonic()
-                if (
-                    (size and size >= min_bytes)
-                    or (not runs and next_offset > offset)  # only markers or aborted batches
-                    or remaining <= 0
-                ):
-                    break
-                await self._wait(self._committed_event(), remaining)
-                self._require_leader()
-            return FetchResponse(
-                data=tuple(wire_bytes(run) for run in runs),
-                fetch_offset=offset,
-                limit=limit,
-                schema=None if runs else self.record_schema,
-                high_watermark=self.known_high_watermark,
-                log_start_offset=self.log.log_start_offset,
-                log_end_offset=self.log.log_end_offset,
-                next_offset=next_offset,
-                last_stable_offset=self.producers.last_stable_offset(self.high_watermark),
+        self._check_target(request)
+        offset, max_bytes, min_bytes = (
+            request.fetch_offset,
+            request.partition_max_bytes,
+            request.min_bytes,
+        )
+        self._require_leader()
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        committed = request.isolation_level == "read_committed"
+        while True:
+            self._check_range(offset)
+            limit = self._read_limit(committed)
+            aborted = self.producers.aborted_filter(offset, limit) if committed else None
+            runs, next_offset = self.log.read_raw_until(
+                offset, max_bytes, limit, _consumer_skip(aborted)
             )
-        except Exception as error:
-            return failure(error, FetchResponse)
+            size = sum(run.size for run in runs)
+            remaining = deadline - time.monotonic()
+            if (
+                (size and size >= min_bytes)
+                or (not runs and next_offset > offset)  # only markers or aborted batches
+                or remaining <= 0
+            ):
+                break
+            await self._wait(self._committed_event(), remaining)
+            self._require_leader()
+        return FetchResponse(
+            data=tuple(wire_bytes(run) for run in runs),
+            fetch_offset=offset,
+            limit=limit,
+            schema=None if runs else self.record_schema,
+            high_watermark=self.known_high_watermark,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset,
+            next_offset=next_offset,
+            last_stable_offset=self.producers.last_stable_offset(self.high_watermark),
+        )
 
     def _read_limit(self, committed: bool) -> int:
         """Where reading stops: the high watermark, or the last stable offset."""
@@ -682,99 +731,80 @@ class PartitionReplica:
                 f"{self.log.log_end_offset}] of {self.topic}-{self.partition}"
             )
 
-    async def list_offsets(
-        self, timestamp: int, isolation_level: str = "read_uncommitted"
-    ) -> ListOffsetsResponse:
+    async def _list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         """The earliest (-2), latest (-1) or first offset at/after a timestamp (ms);
         latest is the last stable offset for ``read_committed``."""
-        self._start()
-        try:
-            if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < -2:
-                raise InvalidRequestError(
-                    f"timestamp {timestamp!r} must be -2 (earliest), -1 (latest) or >= 0"
+        self._check_target(request)
+        timestamp = request.timestamp
+        self._require_leader()
+        if timestamp == EARLIEST_TIMESTAMP:
+            return ListOffsetsResponse(offset=self.log.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            if self.known_high_watermark < 0:
+                raise LeaderNotAvailableError(
+                    f"{self.topic}-{self.partition}: the new leader's high watermark is "
+                    "not established yet"
                 )
-            self._require_leader()
-            if timestamp == EARLIEST_TIMESTAMP:
-                return ListOffsetsResponse(offset=self.log.log_start_offset)
-            if timestamp == LATEST_TIMESTAMP:
-                if self.known_high_watermark < 0:
-                    raise LeaderNotAvailableError(
-                        f"{self.topic}-{self.partition}: the new leader's high watermark is "
-                        "not established yet"
-                    )
-                return ListOffsetsResponse(
-                    offset=self._read_limit(isolation_level == "read_committed")
-                )
-            found = self.log.offset_for_timestamp(timestamp)
-            if found is None or found >= self.high_watermark:
-                return ListOffsetsResponse(offset=-1, timestamp=timestamp)
-            return ListOffsetsResponse(offset=found, timestamp=timestamp)
-        except Exception as error:
-            return failure(error, ListOffsetsResponse)
+            return ListOffsetsResponse(
+                offset=self._read_limit(request.isolation_level == "read_committed")
+            )
+        found = self.log.offset_for_timestamp(timestamp)
+        if found is None or found >= self.high_watermark:
+            return ListOffsetsResponse(offset=-1, timestamp=timestamp)
+        return ListOffsetsResponse(offset=found, timestamp=timestamp)
 
     # ------------------------------------------------------- leader: followers
 
-    async def replica_fetch(
-        self, replica_id: int, offset: int, leader_epoch: int, max_wait_ms: int
-    ) -> Result:
-        """A follower's fetch: raw batches from ``offset`` (its LEO), long-polled.
+    async def _replica_fetch(self, request: ReplicaFetchRequest) -> ReplicaFetchResponse:
+        """A follower's fetch: raw batches from its log end offset, long-polled.
 
-        Records the follower's progress (ISR and high watermark follow from it) and
-        answers ``{"data": [buffers], "high_watermark", "log_start_offset", "log_end_offset"}``.
+        Records the follower's progress (ISR and high watermark follow from it).
         """
-        self._start()
-        try:
+        self._check_target(request)
+        replica_id, offset = request.replica_id, request.fetch_offset
+        self._require_leader()
+        if request.current_leader_epoch != self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"follower {replica_id} fetched with epoch {request.current_leader_epoch}, "
+                f"the leader of {self.topic}-{self.partition} is at epoch {self.leader_epoch}"
+            )
+        if offset > self.log.log_end_offset:
+            self._check_range(offset)
+        if offset < self.log.log_start_offset:  # the follower restarts at log start
+            return self._replica_fetch_answer([])
+        state = self.followers.setdefault(replica_id, FollowerState(last_caught_up_ms=_now_ms()))
+        state.on_fetch(offset, self.log.log_end_offset, _now_ms())
+        self._update_high_watermark()
+        await self._maybe_expand_isr(replica_id, state)
+        if offset >= self.log.log_end_offset and request.max_wait_ms > 0:
+            await self._wait(self._appended_event(), request.max_wait_ms / 1000)
             self._require_leader()
-            if leader_epoch != self.leader_epoch:
-                raise FencedLeaderEpochError(
-                    f"follower {replica_id} fetched with epoch {leader_epoch}, the leader "
-                    f"of {self.topic}-{self.partition} is at epoch {self.leader_epoch}"
-                )
-            if offset > self.log.log_end_offset:
-                self._check_range(offset)
-            if offset < self.log.log_start_offset:  # the follower restarts at log start
-                return Result(
-                    value={
-                        "data": [],
-                        "high_watermark": self.high_watermark,
-                        "log_start_offset": self.log.log_start_offset,
-                        "log_end_offset": self.log.log_end_offset,
-                    }
-                )
-            state = self.followers.setdefault(
-                replica_id, FollowerState(last_caught_up_ms=_now_ms())
-            )
-            state.on_fetch(offset, self.log.log_end_offset, _now_ms())
-            self._update_high_watermark()
-            await self._maybe_expand_isr(replica_id, state)
-            if offset >= self.log.log_end_offset and max_wait_ms > 0:
-                await self._wait(self._appended_event(), max_wait_ms / 1000)
-                self._require_leader()
-            data = (
-                self.log.read_raw(offset, REPLICA_FETCH_MAX_BYTES)
-                if offset < self.log.log_end_offset
-                else []
-            )
-            return Result(
-                value={
-                    "data": data,
-                    "high_watermark": self.high_watermark,
-                    "log_start_offset": self.log.log_start_offset,
-                    "log_end_offset": self.log.log_end_offset,
-                }
-            )
-        except Exception as error:
-            return failure(error)
+        data = (
+            self.log.read_raw(offset, REPLICA_FETCH_MAX_BYTES)
+            if offset < self.log.log_end_offset
+            else []
+        )
+        return self._replica_fetch_answer(data)
 
-    async def offset_for_leader_epoch(self, epoch: int) -> Result:
-        """(largest epoch <= ``epoch``, where it ended): what a new follower truncates to."""
-        self._start()
-        try:
-            self._require_leader()
-            found = self.log.leader_epochs.end_offset_for_epoch(epoch, self.log.log_end_offset)
-            return Result(value=found)
-        except Exception as error:
-            return failure(error)
+    def _replica_fetch_answer(self, data: list[Any]) -> ReplicaFetchResponse:
+        return ReplicaFetchResponse(
+            data=data,
+            high_watermark=self.high_watermark,
+            log_start_offset=self.log.log_start_offset,
+            log_end_offset=self.log.log_end_offset,
+        )
+
+    async def _offset_for_leader_epoch(
+        self, request: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
+        """(largest epoch <= the one asked for, where it ended): what a new follower
+        truncates to."""
+        self._check_target(request)
+        self._require_leader()
+        epoch, end = self.log.leader_epochs.end_offset_for_epoch(
+            request.leader_epoch, self.log.log_end_offset
+        )
+        return OffsetForLeaderEpochResponse(leader_epoch=epoch, end_offset=end)
 
     async def _maybe_expand_isr(self, replica_id: int, state: FollowerState) -> None:
         start = dict(self.log.leader_epochs.entries()).get(self.leader_epoch, 0)
@@ -833,13 +863,16 @@ class PartitionReplica:
                     await self._truncate_to_leader(leader)
                     truncated = True
                 answer = await asyncio.wrap_future(
-                    call(
+                    send(
                         leader,
-                        "replica_fetch",
-                        self.replica_id,
-                        self.log.log_end_offset,
-                        epoch,
-                        REPLICA_FETCH_WAIT_MS,
+                        ReplicaFetchRequest(
+                            self.topic,
+                            self.partition,
+                            self.replica_id,
+                            self.log.log_end_offset,
+                            epoch,
+                            REPLICA_FETCH_WAIT_MS,
+                        ),
                     )
                 )
                 if self.role != ROLE_FOLLOWER or self.leader_epoch != epoch:
@@ -849,19 +882,18 @@ class PartitionReplica:
                     if isinstance(error, OffsetOutOfRangeError):
                         truncated = False
                     raise error
-                value = answer.value
-                if self.log.log_end_offset < value["log_start_offset"]:
-                    self.log.truncate_fully_and_start_at(value["log_start_offset"])
+                if self.log.log_end_offset < answer.log_start_offset:
+                    self.log.truncate_fully_and_start_at(answer.log_start_offset)
                     self._truncations += 1
-                    self.producers.clear(value["log_start_offset"])
+                    self.producers.clear(answer.log_start_offset)
                     continue
                 # Shielded: a role change cancels this loop, then waits for the append.
                 self._appending = asyncio.get_running_loop().create_task(
-                    self._append_fetched(value["data"])
+                    self._append_fetched(answer.data)
                 )
                 await asyncio.shield(self._appending)
                 self._appending = None
-                self._set_high_watermark(value["high_watermark"])
+                self._set_high_watermark(answer.high_watermark)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -881,8 +913,11 @@ class PartitionReplica:
     async def _truncate_to_leader(self, leader: Any) -> None:
         cache = self.log.leader_epochs
         latest = cache.latest_epoch
-        answer = await leader.offset_for_leader_epoch.remote(latest)
-        epoch, end = answer.unwrap()
+        answer = await leader.handle.remote(
+            OffsetForLeaderEpochRequest(self.topic, self.partition, latest)
+        )
+        answer.raise_for_error()
+        epoch, end = answer.leader_epoch, answer.end_offset
         end_of = lambda e: cache.end_offset_for_epoch(e, self.log.log_end_offset)[1]  # noqa: E731
         target = truncation_offset(
             latest, self.log.log_end_offset, self.high_watermark, end_of, epoch, end
@@ -1035,51 +1070,28 @@ class PartitionReplica:
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
 
-    async def delete_records(self, offset: int) -> Result:
-        """Kafka's DeleteRecords, on the leader: advance the log start offset to
-        ``offset`` (-1: the high watermark), so records below it are no longer served
-        and whole segments below it are deleted. Refused above the high watermark (a
-        record not yet committed cannot be deleted). Answers the new log start offset;
+    async def _delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        """Kafka's DeleteRecords, on the leader: advance the log start offset to the
+        request's ``offset`` (-1: the high watermark), so records below it are no longer
+        served and whole segments below it are deleted. Refused above the high watermark
+        (a record not yet committed cannot be deleted). Answers the new log start offset;
         an offset at or below the current one changes nothing."""
-        self._start()
-        try:
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
-                raise InvalidRequestError(
-                    f"delete_records offset {offset!r} must be -1 (the high watermark) or >= 0"
-                )
-            self._require_leader()
-            high_watermark = self.known_high_watermark
-            if high_watermark < 0:
-                raise LeaderNotAvailableError(
-                    f"{self.topic}-{self.partition}: the new leader's high watermark is "
-                    "not established yet"
-                )
-            target = high_watermark if offset == -1 else offset
-            if target > high_watermark:
-                raise OffsetOutOfRangeError(
-                    f"delete_records offset {target} of {self.topic}-{self.partition} is "
-                    f"above its high watermark {high_watermark}"
-                )
-            start = await asyncio.to_thread(self.log.delete_records_before, target)
-            return Result(value=start)
-        except Exception as error:
-            return failure(error)
-
-
-def _check_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int) -> None:
-    """Refuse malformed idempotence fields (InvalidRequestError naming the value)."""
-    for name, value, low, high in (
-        ("producer_id", producer_id, NO_PRODUCER_ID, (1 << 63) - 1),
-        ("producer_epoch", producer_epoch, -1, MAX_PRODUCER_EPOCH),
-        ("base_sequence", base_sequence, -1, SEQUENCE_LIMIT - 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise InvalidRequestError(f"{name}={value!r} must be an integer in [{low}, {high}]")
-    if producer_id != NO_PRODUCER_ID and (producer_epoch < 0 or base_sequence < 0):
-        raise InvalidRequestError(
-            f"producer {producer_id} needs an epoch and a base sequence >= 0, not "
-            f"{producer_epoch} and {base_sequence}"
-        )
+        self._check_target(request)
+        self._require_leader()
+        high_watermark = self.known_high_watermark
+        if high_watermark < 0:
+            raise LeaderNotAvailableError(
+                f"{self.topic}-{self.partition}: the new leader's high watermark is "
+                "not established yet"
+            )
+        target = high_watermark if request.offset == -1 else request.offset
+        if target > high_watermark:
+            raise OffsetOutOfRangeError(
+                f"delete_records offset {target} of {self.topic}-{self.partition} is "
+                f"above its high watermark {high_watermark}"
+            )
+        start = await asyncio.to_thread(self.log.delete_records_before, target)
+        return DeleteRecordsResponse(low_watermark=start)
 
 
 ReplicaActor = ray.remote(PartitionReplica)

@@ -40,8 +40,11 @@ transaction. A background tick aborts the
 transactions open longer than their producer's ``transaction_timeout_ms``, bumping the
 epoch so the vanished producer is fenced if it comes back.
 
-Every method answers with a :class:`~raystream.protocol.Result`, so bad input never
-kills the actor.
+Every request (the typed messages of :mod:`raystream.requests`: init, add partitions,
+add offsets, end, describe) goes through the coordinator's
+:class:`~raystream.dispatch.Dispatcher` and is answered with a
+:class:`~raystream.protocol.Result`, so bad input never kills the actor. Its own writes
+(state records, markers) are typed requests too, to the partition leaders.
 """
 
 from __future__ import annotations
@@ -59,10 +62,10 @@ from raystream.actors.partition_client import (
     LATEST_TIMESTAMP,
     PartitionClient,
 )
+from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
-    InvalidRequestError,
     InvalidTxnStateError,
     RaystreamError,
     TransactionCoordinatorFencedError,
@@ -70,8 +73,16 @@ from raystream.errors import (
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
-from raystream.protocol import Result, failure
+from raystream.protocol import Response, Result
 from raystream.records import build_batch
+from raystream.requests import (
+    TRANSACTION_COORDINATOR_WRITER,
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    DescribeTransactionRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+)
 from raystream.transactions import metadata as rules
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
@@ -86,8 +97,6 @@ from raystream.wire import Endpoint
 logger = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR_NAME = "raystream-transaction-coordinator"
-DIRECT_METHODS = ("init_producer_id", "add_partitions", "add_offsets", "end_txn")
-"""The calls served on the direct path: a transactional producer's."""
 MARKER_TIMEOUT_MS = 30_000
 STATE_WRITE_TIMEOUT_S = 30.0
 MARKER_BACKOFF_S = (0.05, 1.0)
@@ -118,7 +127,17 @@ class TransactionCoordinator:
         abort_check_interval_ms: int,
     ) -> None:
         self._namespace = namespace
-        self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
+        self._dispatcher = Dispatcher(
+            "the transaction coordinator",
+            {
+                InitProducerIdRequest: self._init_producer_id,
+                AddPartitionsToTxnRequest: self._add_partitions,
+                AddOffsetsToTxnRequest: self._add_offsets,
+                EndTxnRequest: self._end_txn,
+                DescribeTransactionRequest: self._describe,
+            },
+        )
+        self._direct = DirectPath(self.handle, listener_host)
         self._partitions = partitions
         self._offsets_partitions = offsets_partitions
         self._abort_check_s = abort_check_interval_ms / 1000
@@ -130,6 +149,12 @@ class TransactionCoordinator:
         self._loading: asyncio.Future | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
+
+    async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
+        """Answer a transaction request (:mod:`raystream.requests`) through the
+        coordinator's dispatcher, over Ray and over the direct path alike; the ids are
+        loaded from ``__transaction_state`` before the first one is handled."""
+        return await self._dispatcher.dispatch(request, context)
 
     # ------------------------------------------------------------------ startup
 
@@ -203,81 +228,61 @@ class TransactionCoordinator:
 
     # ----------------------------------------------------------------- requests
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> Result:
-        """The producer id and a new epoch for ``transactional_id`` (fencing older ones).
+    async def _init_producer_id(self, request: InitProducerIdRequest) -> Result:
+        """The producer id and a new epoch for the transactional id (fencing older ones).
 
         An open transaction of the id is aborted first (its producer is being
         replaced). Answers ``(producer_id, producer_epoch)``.
         """
-        try:
-            await self._ready()
-            _check_id(transactional_id)
-            rules.check_timeout(timeout_ms)
-            async with self._lock(transactional_id):
-                meta = self._store.transactions.get(transactional_id)
-                if meta is None:
-                    producer_id, _ = await asyncio.to_thread(self._new_producer_id)
-                    meta = rules.new_transaction(
-                        transactional_id, producer_id, timeout_ms, _now_ms()
-                    )
-                else:
-                    if rules.needs_abort_before_init(meta):
-                        meta = await self._end(rules.bump_epoch(meta, _now_ms()))
-                    new_id = None
-                    if meta.producer_epoch + 1 > rules.MAX_PRODUCER_EPOCH:
-                        new_id, _ = await asyncio.to_thread(self._new_producer_id)
-                    meta = rules.init_producer(meta, timeout_ms, new_id, _now_ms())
-                await self._persist(meta)
-                return Result(value=(meta.producer_id, meta.producer_epoch))
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        transactional_id, timeout_ms = request.transactional_id, request.transaction_timeout_ms
+        rules.check_timeout(timeout_ms)
+        async with self._lock(transactional_id):
+            meta = self._store.transactions.get(transactional_id)
+            if meta is None:
+                producer_id, _ = await asyncio.to_thread(self._new_producer_id)
+                meta = rules.new_transaction(transactional_id, producer_id, timeout_ms, _now_ms())
+            else:
+                if rules.needs_abort_before_init(meta):
+                    meta = await self._end(rules.bump_epoch(meta, _now_ms()))
+                new_id = None
+                if meta.producer_epoch + 1 > rules.MAX_PRODUCER_EPOCH:
+                    new_id, _ = await asyncio.to_thread(self._new_producer_id)
+                meta = rules.init_producer(meta, timeout_ms, new_id, _now_ms())
+            await self._persist(meta)
+            return Result(value=(meta.producer_id, meta.producer_epoch))
 
-    async def add_partitions(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: list[tuple[str, int]],
-    ) -> Result:
+    async def _add_partitions(self, request: AddPartitionsToTxnRequest) -> Result:
         """Add partitions to the producer's transaction (starting one if needed)."""
-        try:
-            await self._ready()
-            _check_id(transactional_id)
-            added = _partitions(partitions)
-            async with self._lock(transactional_id):
-                meta = self._meta(transactional_id)
-                updated = rules.add_partitions(meta, producer_id, producer_epoch, added, _now_ms())
-                if updated is not meta:
-                    await self._persist(updated)
-                return Result()
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        added = [tuple(p) for p in request.partitions]
+        await self._check_partitions(added)
+        await self._add(request, added)
+        return Result()
 
-    async def add_offsets(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
-    ) -> Result:
+    async def _add(
+        self, request: AddPartitionsToTxnRequest | AddOffsetsToTxnRequest, added: list[Any]
+    ) -> None:
+        async with self._lock(request.transactional_id):
+            meta = self._meta(request.transactional_id)
+            updated = rules.add_partitions(
+                meta, request.producer_id, request.producer_epoch, added, _now_ms()
+            )
+            if updated is not meta:
+                await self._persist(updated)
+
+    async def _add_offsets(self, request: AddOffsetsToTxnRequest) -> Result:
         """Add the group's ``__consumer_offsets`` partition to the transaction.
 
         Answers that partition's number: the producer writes the offsets there itself,
         as transactional records, so they commit or abort with the rest.
         """
-        if not isinstance(group_id, str) or not group_id:
-            return failure(InvalidRequestError(f"group_id {group_id!r} must be a non-empty string"))
-        partition = offsets_partition_for(group_id, self._offsets_partitions)
-        answer = await self.add_partitions(
-            transactional_id, producer_id, producer_epoch, [(OFFSETS_TOPIC, partition)]
-        )
-        return answer if answer.error_code else Result(value=partition)
+        await self._ready()
+        partition = offsets_partition_for(request.group_id, self._offsets_partitions)
+        await self._add(request, [(OFFSETS_TOPIC, partition)])
+        return Result(value=partition)
 
-    async def end_txn(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        number: int = -1,
-        carry: list[tuple[str, int]] | tuple = (),
-    ) -> Result:
+    async def _end_txn(self, request: EndTxnRequest) -> Result:
         """Commit or abort the producer's transaction; answers once the markers are
         written, with the (producer id, epoch) the producer's next transaction uses.
 
@@ -286,35 +291,32 @@ class TransactionCoordinator:
         starts with: it is Ongoing with them, under the next epoch, when this answers
         (see :func:`raystream.transactions.metadata.complete`).
         """
-        try:
-            await self._ready()
-            _check_id(transactional_id)
-            if not isinstance(commit, bool):
-                raise InvalidRequestError(f"end_txn commit={commit!r} must be True or False")
-            if not isinstance(number, int) or isinstance(number, bool):
-                raise InvalidRequestError(f"end_txn number={number!r} must be an integer")
-            carried = _partitions(carry) if carry else []
-            async with self._lock(transactional_id):
-                meta = self._meta(transactional_id)
-                new_id = None
-                if carried and rules.needs_new_producer_id(meta):
-                    new_id, _ = await asyncio.to_thread(self._new_producer_id)
-                prepared = rules.prepare_end(
-                    meta, producer_id, producer_epoch, commit, _now_ms(), number, carried, new_id
-                )
-                if prepared.state.preparing:
-                    prepared = await self._end(prepared)
-                return Result(value=(prepared.producer_id, prepared.producer_epoch))
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        carried = [tuple(p) for p in request.carry]
+        async with self._lock(request.transactional_id):
+            meta = self._meta(request.transactional_id)
+            await self._check_partitions([p for p in carried if p not in meta.partitions])
+            new_id = None
+            if carried and rules.needs_new_producer_id(meta):
+                new_id, _ = await asyncio.to_thread(self._new_producer_id)
+            prepared = rules.prepare_end(
+                meta,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+                _now_ms(),
+                request.number,
+                carried,
+                new_id,
+            )
+            if prepared.state.preparing:
+                prepared = await self._end(prepared)
+            return Result(value=(prepared.producer_id, prepared.producer_epoch))
 
-    async def describe(self, transactional_id: str) -> Result:
+    async def _describe(self, request: DescribeTransactionRequest) -> Result:
         """The id's metadata as a dict (state, producer, partitions), for tests and admin."""
-        try:
-            await self._ready()
-            return Result(value=self._meta(transactional_id).to_dict())
-        except Exception as error:
-            return failure(error)
+        await self._ready()
+        return Result(value=self._meta(request.transactional_id).to_dict())
 
     async def endpoint(self) -> Endpoint | None:
         """Where this coordinator serves a transaction's calls directly (see
@@ -325,6 +327,23 @@ class TransactionCoordinator:
         """Liveness check (and load trigger)."""
         await self._ready()
         return True
+
+    async def _check_partitions(self, partitions: list[Any]) -> None:
+        """Refuse partitions that do not exist, as Kafka's AddPartitionsToTxn does: a
+        transaction's end writes a marker to each of its partitions, and a marker for a
+        partition that never existed could never be written.
+
+        Raises:
+            UnknownTopicOrPartitionError: naming the first such partition.
+        """
+        for topic in sorted({topic for topic, _ in partitions}):
+            metadata = await self._client.topic_metadata(topic)
+            for name, partition in partitions:
+                if name == topic and partition >= len(metadata.partitions):
+                    raise UnknownTopicOrPartitionError(
+                        f"{topic}-{partition} does not exist ({topic!r} has "
+                        f"{len(metadata.partitions)} partitions)"
+                    )
 
     # ---------------------------------------------------------------- two phases
 
@@ -435,7 +454,6 @@ class TransactionCoordinator:
         return self._locks.setdefault(transactional_id, asyncio.Lock())
 
     def _meta(self, transactional_id: str) -> TransactionMetadata:
-        _check_id(transactional_id)
         meta = self._store.transactions.get(transactional_id)
         if meta is None:
             raise InvalidTxnStateError(
@@ -468,39 +486,8 @@ class TransactionCoordinator:
         tp = TopicPartition(
             TRANSACTION_STATE_TOPIC, partition_for(meta.transactional_id, self._partitions)
         )
-        await self._client.produce(tp, batch, STATE_WRITE_TIMEOUT_S)
+        await self._client.produce(tp, batch, STATE_WRITE_TIMEOUT_S, TRANSACTION_COORDINATOR_WRITER)
         self._store.transactions[meta.transactional_id] = meta
-
-
-def _check_id(transactional_id: Any) -> None:
-    if not isinstance(transactional_id, str) or not transactional_id:
-        raise InvalidRequestError(
-            f"transactional_id must be a non-empty string, not {transactional_id!r}"
-        )
-
-
-def _partitions(items: Any) -> list[tuple[str, int]]:
-    """Validated (topic, partition) pairs."""
-    checked = []
-    for item in items if isinstance(items, (list, tuple)) else [items]:
-        try:
-            topic, partition = item
-        except (TypeError, ValueError):
-            raise InvalidRequestError(
-                f"a transaction partition must be (topic, partition), not {item!r}"
-            ) from None
-        if (
-            not isinstance(topic, str)
-            or not topic
-            or not isinstance(partition, int)
-            or isinstance(partition, bool)
-            or partition < 0
-        ):
-            raise InvalidRequestError(f"bad transaction partition ({topic!r}, {partition!r})")
-        checked.append((topic, partition))
-    if not checked:
-        raise InvalidRequestError("add_partitions: no partitions given")
-    return checked
 
 
 TransactionCoordinatorActor = ray.remote(TransactionCoordinator)

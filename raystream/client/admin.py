@@ -17,7 +17,13 @@ from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
 from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raystream.transport import call, outcome
+from raystream.requests import (
+    DeleteRecordsRequest,
+    DescribeGroupRequest,
+    ListGroupsRequest,
+    ResetOffsetsRequest,
+)
+from raystream.transport import outcome, send
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 
@@ -145,7 +151,7 @@ class Admin:
 
     def list_groups(self) -> list[str]:
         """Ids of the consumer groups with members or committed offsets, sorted."""
-        return self.cluster.coordinator_call("list_groups")
+        return self.cluster.coordinator_call(ListGroupsRequest())
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """A consumer group's state, generation, members' partitions, offsets and lag.
@@ -155,7 +161,7 @@ class Admin:
         Raises:
             GroupIdNotFoundError: no such group.
         """
-        info = self.cluster.coordinator_call("describe_group", group_id)
+        info = self.cluster.coordinator_call(DescribeGroupRequest(group_id))
         offsets: dict[TopicPartition, int] = info["offsets"]
         ends = self._offsets_of(sorted(offsets), LATEST_TIMESTAMP)
         return GroupDescription(
@@ -212,8 +218,8 @@ class Admin:
                 f"reset_offsets to={to!r}: use 'earliest', 'latest', an offset >= 0, a "
                 "datetime or {partition: offset}"
             )
-        items = [(tp.topic, tp.partition, offset, "") for tp, offset in offsets.items()]
-        self.cluster.coordinator_call("reset_offsets", group_id, items)
+        items = tuple((tp.topic, tp.partition, offset, "") for tp, offset in offsets.items())
+        self.cluster.coordinator_call(ResetOffsetsRequest(group_id, items))
         return offsets
 
     def _offsets_of(self, tps: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
@@ -268,11 +274,12 @@ class Admin:
                         raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
                     remaining = max(deadline - time.monotonic(), 0.001)
                     answer = outcome(
-                        call(leader, "delete_records", offset),
+                        send(leader, DeleteRecordsRequest(tp.topic, tp.partition, offset)),
                         remaining,
                         f"delete_records of {tp.topic}-{tp.partition}",
                     )
-                    result[tp] = answer.unwrap()
+                    answer.raise_for_error()
+                    result[tp] = answer.low_watermark
                     break
                 except RaystreamError as error:
                     if not error.retriable or time.monotonic() >= deadline:

@@ -27,12 +27,14 @@ from raystream.errors import (
 )
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import Result, TopicMetadata
+from raystream.requests import Request
 from raystream.transport import (
     call,
     ensure_ray,
     named_actor,
     on_this_node,
     outcome,
+    send,
     stop_actor,
     wait_result,
 )
@@ -186,9 +188,11 @@ class Cluster:
         return handle
 
     def coordinator_call(
-        self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
+        self, method: Request | str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
     ) -> Any:
-        """Call a group coordinator method and return its value, raising its error.
+        """Send a request (:mod:`raystream.requests`) to the group coordinator, or call
+        another of its methods (``ping``), and return the answer's value, raising its
+        error.
 
         While the coordinator restarts (Ray brings it back after a crash, and it reloads
         ``__consumer_offsets``), and while a transaction may still commit offsets
@@ -215,9 +219,11 @@ class Cluster:
         return handle
 
     def transaction_coordinator_call(
-        self, method: str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
+        self, method: Request | str, *args: Any, timeout_s: float = CONTROL_TIMEOUT_S
     ) -> Any:
-        """Call a transaction coordinator method and return its value, raising its error.
+        """Send a request (:mod:`raystream.requests`) to the transaction coordinator, or
+        call another of its methods (``ping``), and return the answer's value, raising
+        its error.
 
         Retried until ``timeout_s`` while the coordinator restarts, and while the
         producer's previous transaction is still completing (ConcurrentTransactionsError).
@@ -236,19 +242,22 @@ class Cluster:
         find: Callable[[bool], Any],
         what: str,
         retry: tuple[type[Exception], ...],
-        method: str,
+        method: Request | str,
         args: tuple[Any, ...],
         timeout_s: float,
     ) -> Any:
+        is_request = isinstance(method, Request)
+        name = type(method).__name__ if is_request else method
         deadline = time.monotonic() + timeout_s
         backoff_s = 0.05
         refresh = False
         while True:
             try:
+                actor = find(refresh)
                 answer = outcome(
-                    call(find(refresh), method, *args),
+                    send(actor, method) if is_request else call(actor, method, *args),
                     max(deadline - time.monotonic(), 0.001),
-                    f"{what} {method}",
+                    f"{what} {name}",
                 )
                 return answer.unwrap() if isinstance(answer, Result) else answer
             except retry as error:

@@ -53,7 +53,8 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from raystream.transport import call, finished, outcome
+from raystream.requests import FetchRequest, ListOffsetsRequest
+from raystream.transport import finished, outcome, send
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -308,14 +309,17 @@ class Fetcher:
             except RaystreamError as error:  # no leader known right now
                 self._retry_later(state, error, refresh)
                 continue
-            future = call(
+            future = send(
                 leader,
-                "fetch",
-                offset,
-                self.max_fetch_bytes,
-                self.fetch_max_wait_ms,
-                self.fetch_min_bytes,
-                self.isolation_level,
+                FetchRequest(
+                    state.tp.topic,
+                    state.tp.partition,
+                    offset,
+                    self.max_fetch_bytes,
+                    self.fetch_max_wait_ms,
+                    self.fetch_min_bytes,
+                    self.isolation_level,
+                ),
             )
             state.in_flight = _InFlight(future, offset, state.epoch)
         self._refresh(refresh)
@@ -507,8 +511,9 @@ class Fetcher:
             last: RaystreamError | None = None
             for tp, timestamp in pending.items():
                 try:
-                    futures[tp] = call(
-                        self._leader(tp), "list_offsets", timestamp, self.isolation_level
+                    futures[tp] = send(
+                        self._leader(tp),
+                        ListOffsetsRequest(tp.topic, tp.partition, timestamp, self.isolation_level),
                     )
                 except RaystreamError as error:
                     last = error

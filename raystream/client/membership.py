@@ -36,6 +36,13 @@ from raystream.errors import (
 )
 from raystream.groups.assignors import COOPERATIVE, get_assignor
 from raystream.groups.group import NO_GENERATION
+from raystream.requests import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+)
 from raystream.transport import answered, cancel, current_actor_id, wait_result
 from raystream.types import TopicPartition
 
@@ -152,18 +159,20 @@ class GroupMembership:
             revoked, self.owned = self.owned, set()
             self.owner.revoke_partitions(revoked)
         self._rejoin = False
-        self._join = self.cluster.coordinator().join_group.remote(
-            self.group_id,
-            self.member_id,
-            self.group_instance_id,
-            self.client_id,
-            self.topics,
-            self.strategies,
-            sorted(self.owned),
-            self.generation,
-            self.session_timeout_ms,
-            int(self.max_poll_interval_s * 1000),
-            self._actor_id,
+        self._join = self.cluster.coordinator().handle.remote(
+            JoinGroupRequest(
+                self.group_id,
+                self.member_id,
+                self.group_instance_id,
+                self.client_id,
+                tuple(self.topics),
+                tuple(self.strategies),
+                tuple(sorted(self.owned)),
+                self.generation,
+                self.session_timeout_ms,
+                int(self.max_poll_interval_s * 1000),
+                self._actor_id,
+            )
         )
 
     def _complete_join(self) -> None:
@@ -219,7 +228,9 @@ class GroupMembership:
         self.owned = set()
         if member_id and self.group_instance_id is None:
             try:
-                self.cluster.coordinator_call("leave_group", self.group_id, member_id, timeout_s=5)
+                self.cluster.coordinator_call(
+                    LeaveGroupRequest(self.group_id, member_id), timeout_s=5
+                )
             except RaystreamError as error:  # it expires by session timeout instead
                 logger.info("group %s: leave failed: %s", self.group_id, error)
 
@@ -243,10 +254,7 @@ class GroupMembership:
                 continue
             try:
                 self.cluster.coordinator_call(
-                    "heartbeat",
-                    self.group_id,
-                    member_id,
-                    generation,
+                    HeartbeatRequest(self.group_id, member_id, generation),
                     timeout_s=self.session_timeout_ms / 1000,
                 )
             except RebalanceInProgressError:
@@ -270,7 +278,7 @@ class GroupMembership:
             int(self.max_poll_interval_s * 1000),
         )
         with contextlib.suppress(RaystreamError):  # it expires by session timeout instead
-            self.cluster.coordinator_call("leave_group", self.group_id, member_id, timeout_s=5)
+            self.cluster.coordinator_call(LeaveGroupRequest(self.group_id, member_id), timeout_s=5)
         if member_id == self.member_id:
             self._fenced = UnknownMemberIdError("left after max_poll_interval_ms without poll()")
 
@@ -283,7 +291,7 @@ class GroupMembership:
             CommitFailedError: the generation is stale or the member was evicted.
         """
         try:
-            self.cluster.coordinator_call("commit_offsets", *self._commit_args(offsets))
+            self.cluster.coordinator_call(self._commit_request(offsets))
         except (IllegalGenerationError, UnknownMemberIdError) as error:
             raise CommitFailedError(str(error)) from None
 
@@ -291,14 +299,14 @@ class GroupMembership:
         self, offsets: dict[TopicPartition, int], callback: CommitCallback | None
     ) -> None:
         """Send a commit; ``callback(offsets, error)`` runs in a later ``poll()``."""
-        ref = self.cluster.coordinator().commit_offsets.remote(*self._commit_args(offsets))
+        ref = self.cluster.coordinator().handle.remote(self._commit_request(offsets))
         self._commits.append((ref, offsets, callback))
 
-    def _commit_args(self, offsets: dict[TopicPartition, int]) -> tuple[Any, ...]:
-        items = [(tp.topic, tp.partition, offset, "") for tp, offset in offsets.items()]
+    def _commit_request(self, offsets: dict[TopicPartition, int]) -> OffsetCommitRequest:
+        items = tuple((tp.topic, tp.partition, offset, "") for tp, offset in offsets.items())
         if self.member_id:
-            return (self.group_id, self.member_id, self.generation, items)
-        return (self.group_id, "", NO_GENERATION, items)
+            return OffsetCommitRequest(self.group_id, self.member_id, self.generation, items)
+        return OffsetCommitRequest(self.group_id, "", NO_GENERATION, items)
 
     def finish_commits(self, wait: bool = False) -> None:
         """Run the callbacks of finished async commits (waiting up to 5 s with ``wait``)."""
@@ -329,5 +337,7 @@ class GroupMembership:
     def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offsets of ``partitions`` (missing: none committed)."""
         return self.cluster.coordinator_call(
-            "fetch_offsets", self.group_id, [tuple(tp) for tp in partitions], self.require_stable
+            OffsetFetchRequest(
+                self.group_id, tuple(tuple(tp) for tp in partitions), self.require_stable
+            )
         )

@@ -83,6 +83,7 @@ from raystream.errors import (
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC, OffsetAndMetadata, offset_records
 from raystream.records import batch_from_table
+from raystream.requests import TxnOffsetCheckRequest
 from raystream.types import ConsumerGroupMetadata, RecordMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -566,7 +567,9 @@ class Producer:
         refusal becomes CommitFailedError, as ``Consumer.commit`` raises."""
         try:
             self.cluster.coordinator_call(
-                "check_txn_offsets", metadata.group_id, metadata.member_id, metadata.generation_id
+                TxnOffsetCheckRequest(
+                    metadata.group_id, metadata.member_id, metadata.generation_id
+                )
             )
         except (IllegalGenerationError, UnknownMemberIdError) as error:
             raise CommitFailedError(str(error)) from None

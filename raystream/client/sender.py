@@ -93,6 +93,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from raystream import requests as wire
 from raystream.client.accumulator import (
     REQUEST_FILL,
     BulkJob,
@@ -112,10 +113,11 @@ from raystream.errors import (
     RaystreamTimeoutError,
     RecordTooLargeError,
 )
+from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder, payload_size
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import INLINE_BYTES, NONE
-from raystream.transport import call, is_dead_actor_error, is_lost_call_error
+from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
 
@@ -383,6 +385,9 @@ class Sender(threading.Thread):
         self._refreshing_metadata = False
         self._abort_error: BaseException | None = None
         self.transaction: Any = None
+        self.internal_writer: str | None = None
+        """Set by a server actor whose Producer writes an internal topic (see
+        :data:`raystream.requests.INTERNAL_WRITERS`)."""
         self._new_producer: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------- control
@@ -638,17 +643,26 @@ class Sender(threading.Thread):
 
     def _produce(self, leader: Any, batch: _Batch) -> Future:
         config = self._config
-        return call(
+        transactional = self.transaction is not None
+        return send(
             leader,
-            "produce",
-            batch.build(self._encoder),
-            self._acks,
-            config.request_timeout_ms,
-            config.compression_type,
-            self.producer_id if self.idempotent else NO_PRODUCER_ID,
-            batch.producer_epoch,
-            batch.base_sequence,
-            self.transaction is not None,
+            wire.ProduceRequest(
+                batch.topic,
+                batch.partition,
+                batch.build(self._encoder),
+                self._acks,
+                config.request_timeout_ms,
+                config.compression_type,
+                self.producer_id if self.idempotent else NO_PRODUCER_ID,
+                batch.producer_epoch,
+                batch.base_sequence,
+                transactional,
+                # Offsets of send_offsets_to_transaction: the one internal topic a
+                # producer writes (a client's own send there is refused).
+                wire.TRANSACTIONAL_OFFSETS_WRITER
+                if transactional and batch.topic == OFFSETS_TOPIC
+                else self.internal_writer,
+            ),
         )
 
     def _next_backoff(self, now: float) -> float | None:

@@ -47,6 +47,13 @@ from typing import Any
 
 from raystream.errors import InvalidTxnStateError, ProducerFencedError, RaystreamError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
+from raystream.requests import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    Request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +147,7 @@ class TransactionManager:
 
     def _take_identity(self) -> None:
         self.producer_id, self.producer_epoch = self._call(
-            "init_producer_id", self.transactional_id, self.timeout_ms
+            InitProducerIdRequest(self.transactional_id, self.timeout_ms)
         )
         self._number = 0
 
@@ -190,13 +197,14 @@ class TransactionManager:
         if partitions:
             try:
                 self.producer_id, self.producer_epoch = self._call(
-                    "end_txn",
-                    self.transactional_id,
-                    self.producer_id,
-                    self.producer_epoch,
-                    commit,
-                    self._number,
-                    carry,
+                    EndTxnRequest(
+                        self.transactional_id,
+                        self.producer_id,
+                        self.producer_epoch,
+                        commit,
+                        self._number,
+                        tuple(carry),
+                    )
                 )
             except RaystreamError as error:
                 self._fail(error)
@@ -249,11 +257,9 @@ class TransactionManager:
         missing = sorted(missing)
         try:
             self._call(
-                "add_partitions",
-                self.transactional_id,
-                self.producer_id,
-                self.producer_epoch,
-                missing,
+                AddPartitionsToTxnRequest(
+                    self.transactional_id, self.producer_id, self.producer_epoch, tuple(missing)
+                )
             )
         except RaystreamError as error:
             self._fail(error)
@@ -272,11 +278,9 @@ class TransactionManager:
                 return partition
         try:
             partition = self._call(
-                "add_offsets",
-                self.transactional_id,
-                self.producer_id,
-                self.producer_epoch,
-                group_id,
+                AddOffsetsToTxnRequest(
+                    self.transactional_id, self.producer_id, self.producer_epoch, group_id
+                )
             )
         except RaystreamError as error:
             self._fail(error)
@@ -307,13 +311,13 @@ class TransactionManager:
         the carry condition. A fencing is fatal; other errors leave it carried."""
         try:
             self._call(
-                "end_txn",
-                self.transactional_id,
-                self.producer_id,
-                self.producer_epoch,
-                False,
-                self._number,
-                [],
+                EndTxnRequest(
+                    self.transactional_id,
+                    self.producer_id,
+                    self.producer_epoch,
+                    False,
+                    self._number,
+                ),
                 timeout_s=timeout_s,
             )
         except ProducerFencedError as error:
@@ -364,9 +368,9 @@ class TransactionManager:
         """A step of the transaction failed outside the coordinator calls."""
         self._fail(error)
 
-    def _call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+    def _call(self, request: Request, timeout_s: float | None = None) -> Any:
         return self.cluster.transaction_coordinator_call(
-            method, *args, timeout_s=timeout_s or self.request_timeout_s
+            request, timeout_s=timeout_s or self.request_timeout_s
         )
 
 

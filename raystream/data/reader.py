@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from raystream.data.offsets import PartitionRange
 from raystream.errors import LeaderNotAvailableError, RaystreamError, RaystreamTimeoutError
+from raystream.requests import FetchRequest
 from raystream.transport import wait_result
 
 FETCH_MAX_BYTES = 8 << 20
@@ -102,8 +103,16 @@ class _Fetch:
         metadata = self.cluster.topic_metadata(self.part.topic).partitions[self.part.partition]
         if metadata.leader_handle is None:
             return None
-        return metadata.leader_handle.fetch.remote(
-            offset, FETCH_MAX_BYTES, 0, 1, self.part.isolation_level
+        return metadata.leader_handle.handle.remote(
+            FetchRequest(
+                self.part.topic,
+                self.part.partition,
+                offset,
+                FETCH_MAX_BYTES,
+                0,
+                1,
+                self.part.isolation_level,
+            )
         )
 
     def receive(self, ref: Any, offset: int) -> tuple[pa.Table, int]:

@@ -178,14 +178,19 @@ class OffsetIndex(_PairIndex):
         self._second.append(position)
 
     def is_sane(self) -> bool:
-        """Whether the loaded entries keep the invariant (else the file is garbage)."""
+        """Whether the loaded entries keep the invariant (else the file is garbage); the
+        first entry is the segment's first batch, at position 0."""
+        if self._second and self._second[0] != 0:
+            return False
         return _increasing(self._first, self.base_offset) and _increasing(self._second, 0)
 
     def lookup(self, offset: int) -> tuple[int, int]:
-        """The last entry at or below ``offset`` as (offset, position); (base, 0) if none."""
+        """The last entry at or below ``offset`` as (offset, position): where a scan for
+        ``offset`` starts. Below the first entry, the first entry (its batch starts the
+        segment); (base, 0) when the index is empty."""
         i = bisect.bisect_right(self._first, offset) - 1
         if i < 0:
-            return self.base_offset, 0
+            return (self._first[0], self._second[0]) if self._first else (self.base_offset, 0)
         return self._first[i], self._second[i]
 
     def last(self) -> tuple[int, int]:

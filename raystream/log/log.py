@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.errors import (
+    CorruptRecordError,
     IllegalStateError,
     InvalidRecordError,
     InvalidRequestError,
@@ -55,7 +56,7 @@ from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
 from raystream.log.compact import kafka_batch_size
 from raystream.log.config import LogConfig
 from raystream.log.epoch import LeaderEpochCache
-from raystream.log.segment import LOG_SUFFIX, LogSegment
+from raystream.log.segment import LOG_SUFFIX, NO_LIMIT, LogSegment
 
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
@@ -63,6 +64,9 @@ RECOVERY_CHECKPOINT_INTERVAL_MS = 1000
 """How often a flush also persists the recovery point. A stale recovery point costs
 only extra checking on the next unclean open, never data: the data itself is fsynced."""
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+CORRUPT_SEGMENT_FILE = "corrupt-segment-checkpoint"
+"""Holds the base offset of the first segment a read found corrupt: the next open
+recovers it and the segments after it, however the log was shut down."""
 TIMESTAMP_COLUMN = "timestamp"
 _LEFTOVER_SUFFIXES = (".tmp", ".cleaned", ".truncating")
 
@@ -116,6 +120,8 @@ class Log:
         self._bases: list[int] = []
         self._log_start_offset = 0
         self._recovery_point = 0
+        self._corrupt_from: int | None = None
+        self._failed_segment: LogSegment | None = None
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
         self._directory_dirty = False
@@ -157,7 +163,11 @@ class Log:
                 os.unlink(os.path.join(self.directory, name))
         marker = os.path.join(self.directory, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
-        recovery_point = read_int(os.path.join(self.directory, RECOVERY_POINT_FILE), 0)
+        recovery_point = read_int(os.path.join(self.directory, RECOVERY_POINT_FILE), -1)
+        # A clean shutdown records the log end offset as the recovery point: the last
+        # segment's batches must end exactly there.
+        recorded_end = recovery_point if clean and recovery_point >= 0 else NO_LIMIT
+        corrupt_from = read_int(os.path.join(self.directory, CORRUPT_SEGMENT_FILE), -1)
         log_start = read_int(os.path.join(self.directory, LOG_START_FILE), 0)
         bases = sorted(
             int(name[: -len(LOG_SUFFIX)])
@@ -166,11 +176,20 @@ class Log:
         )
         now = self._clock()
         recovered = False
+        max_epoch = self._max_epoch()
         for i, base in enumerate(bases):
             segment = LogSegment(self.directory, base, self._config.index_interval_bytes, now)
-            below_recovery_point = i + 1 < len(bases) and bases[i + 1] <= recovery_point
-            truncated = segment.load(trust=clean or below_recovery_point)
-            recovered = recovered or not (clean or below_recovery_point)
+            last = i + 1 == len(bases)
+            below_recovery_point = not last and bases[i + 1] <= recovery_point
+            below_corruption = corrupt_from < 0 or (not last and bases[i + 1] <= corrupt_from)
+            trust = (clean or below_recovery_point) and below_corruption
+            end = recorded_end if last else bases[i + 1]
+            truncated = segment.load(trust, end, max_epoch, last and end == NO_LIMIT)
+            recovered = recovered or not trust
+            if last and not truncated and end != NO_LIMIT and segment.next_offset != end:
+                # The trusted tail ends elsewhere than the shutdown recorded.
+                truncated = segment.recover(end, max_epoch)
+                recovered = True
             self._segments.append(segment)
             if truncated:
                 for later in bases[i + 1 :]:
@@ -189,6 +208,8 @@ class Log:
                 segment.flush(fsync=True)
         self._recovery_point = self.log_end_offset
         self._write_recovery_point()
+        if corrupt_from >= 0:
+            os.unlink(os.path.join(self.directory, CORRUPT_SEGMENT_FILE))
         if clean:
             os.unlink(marker)
             fsync_directory(self.directory)
@@ -453,18 +474,77 @@ class Log:
             limit = end if max_offset is None else min(max_offset, end)
             if start_offset >= limit:
                 return []
-            result: list[StoredBatch] = []
-            total = 0
-            for segment, start_position in self._segments_from(start_offset):
-                buffer = segment.view()
-                for position, header in segment.headers(start_position):
+            max_epoch = self._max_epoch()
+            try:
+                return self._read_batches(start_offset, max_bytes, limit, max_epoch)
+            except CorruptRecordError:
+                if not self._after_corruption(max_epoch):
+                    raise
+                # Only the segment's indexes were wrong, and they are rebuilt now.
+                return self._read_batches(start_offset, max_bytes, limit, max_epoch)
+
+    def _read_batches(
+        self, start_offset: int, max_bytes: int, limit: int, max_epoch: int
+    ) -> list[StoredBatch]:
+        """:meth:`read_batches` once the range is checked. Each header is checked
+        against the index and its neighbours (:meth:`LogSegment.headers`), the batch
+        right after the last one returned included, and the CRC of each batch
+        returned. On a CorruptRecordError, ``_failed_segment`` is the segment it is in."""
+        result: list[StoredBatch] = []
+        total = 0
+        for segment, start_position, first in self._segments_from(start_offset, max_epoch):
+            buffer = segment.view()
+            try:
+                for position, header in segment.headers(
+                    start_position, False, first, segment.next_offset, max_epoch
+                ):
                     if header.base_offset >= limit or (result and total + header.size > max_bytes):
                         return result
                     if position + header.size > segment.verified_bytes:
                         segment.check(position, header, buffer)
                     result.append(StoredBatch(header, buffer, position))
                     total += header.size
-            return result
+            except CorruptRecordError:
+                self._failed_segment = segment
+                raise
+        return result
+
+    def _after_corruption(self, max_epoch: int) -> bool:
+        """Recover from a corrupt batch a read met; True when the read may be retried.
+
+        The whole segment is checked once: when its batches are all sound, only its
+        offset index was wrong, and the indexes are rebuilt (True). Otherwise the
+        segment is recorded as corrupt (in a checkpoint file, so a crash or a restart
+        both see it): reads go on failing on the bad batch (a leader never serves it)
+        and the next open recovers the segment and those after it, cutting from the
+        first bad batch, as a torn tail is cut (a follower then fetches the rest
+        again from its leader).
+        """
+        segment, self._failed_segment = self._failed_segment, None
+        if segment is None or segment not in self._segments or segment.corrupt:
+            return False
+        if segment.is_intact(max_epoch):
+            segment.rebuild_indexes()
+            return True
+        segment.corrupt = True
+        if self._corrupt_from is None or segment.base_offset < self._corrupt_from:
+            self._corrupt_from = segment.base_offset
+            write_atomically(
+                os.path.join(self.directory, CORRUPT_SEGMENT_FILE), f"{self._corrupt_from}\n"
+            )
+        return False
+
+    @property
+    def corrupt_from(self) -> int | None:
+        """The base offset of the first segment a read found corrupt (its batches, not
+        only its indexes), which the next open recovers; None when none was found."""
+        return self._corrupt_from
+
+    def _max_epoch(self) -> int:
+        """The highest partition leader epoch a stored batch may carry: the newest the
+        epoch cache knows (any, when the cache is empty)."""
+        latest = self.leader_epochs.latest_epoch
+        return latest if latest >= 0 else NO_LIMIT
 
     def read(
         self,
@@ -552,23 +632,31 @@ class Log:
         with self._lock:
             self._check_open()
             headers: list[BatchHeader] = []
-            for segment, position in self._segments_from(start_offset):
-                headers.extend(header for _, header in segment.headers(position))
+            for segment, position, first in self._segments_from(start_offset):
+                headers.extend(header for _, header in segment.headers(position, False, first))
             return headers
 
-    def _segments_from(self, start_offset: int) -> Iterator[tuple[LogSegment, int]]:
+    def _segments_from(
+        self, start_offset: int, max_epoch: int = NO_LIMIT
+    ) -> Iterator[tuple[LogSegment, int, int | None]]:
         """Each segment from the one holding ``start_offset`` on, with the position to
-        read it from: the batch holding that offset in the first, the start in the rest
-        (a first segment without it, emptied by compaction, is passed over)."""
+        read it from and the base offset of the batch there (what a read checks the
+        first header against): the batch holding that offset in the first, the start
+        in the rest (a first segment without it, emptied by compaction, is passed over).
+        """
         first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
         for index in range(first, len(self._segments)):
             segment = self._segments[index]
             if index != first:
-                yield segment, 0
+                yield segment, 0, segment.index.lookup(segment.base_offset)[0]
                 continue
-            found = segment.translate(start_offset)
+            try:
+                found = segment.translate(start_offset, max_epoch)
+            except CorruptRecordError:
+                self._failed_segment = segment
+                raise
             if found is not None:
-                yield segment, found[0]
+                yield segment, found[0], found[1].base_offset
 
     def append_raw(self, data: pa.Buffer | bytes) -> int:
         """Append stored batches copied from a leader, keeping their offsets and epochs.
@@ -675,7 +763,10 @@ class Log:
         """Remove every record at or above ``offset`` (a follower's divergent suffix).
 
         Truncating inside a batch keeps the batch's rows below ``offset``. Truncating
-        below the log start empties the log and restarts it at ``offset``.
+        below the log start empties the log and restarts it at ``offset``. When the
+        batches at or below ``offset`` in the last segment left are corrupt, the
+        segment is cut from its first bad batch (as recovery does), so the log may end
+        below ``offset``: a follower then fetches the rest again from its leader.
         """
         with self._lock:
             self._check_open()
@@ -687,40 +778,59 @@ class Log:
             while self._segments and self._segments[-1].base_offset >= offset:
                 self._segments.pop().delete()
                 self._bases.pop()
-            found = self._segments[-1].translate(offset) if self._segments else None
-            if found is not None:
+            cut = False
+            if self._segments:
                 segment = self._segments[-1]
-                position, header = found
-                prefix = None
-                if header.base_offset < offset:
-                    payload = segment.view().slice(
-                        position + HEADER_SIZE, header.size - HEADER_SIZE
-                    )
-                    segment.check(position, header, segment.view())
-                    decoded = self._decoder.decode(payload)
-                    rows = batch_offsets(header, decoded)
-                    keep = rows < offset
-                    if keep.any():  # a compacted batch may keep no row below offset
-                        prefix = rewrite_batch(
-                            self._encoder,
-                            header,
-                            decoded,
-                            rows,
-                            keep,
-                            int(rows[keep][-1]) - header.base_offset,
-                        )
-                segment.truncate_at(position, header)
-                if prefix is not None:
-                    pieces, parsed = prefix
-                    segment.append(pieces, (parsed,))
-            if not self._segments or self._segments[-1].next_offset < offset:
+                try:
+                    self._truncate_segment(segment, offset)
+                except CorruptRecordError:
+                    # A bad batch at or below offset: cut the segment from its first bad
+                    # batch, as recovery does (a follower fetches the rest again).
+                    segment.recover(NO_LIMIT, self._max_epoch())
+                    if segment.next_offset > offset:
+                        self._truncate_segment(segment, offset)
+                    cut = segment.next_offset < offset
+                corrupt = self._corrupt_from
+                if corrupt is not None and not segment.corrupt and corrupt >= segment.base_offset:
+                    self._corrupt_from = None  # the segments a read found corrupt are gone
+                    os.unlink(os.path.join(self.directory, CORRUPT_SEGMENT_FILE))
+            if not cut and (not self._segments or self._segments[-1].next_offset < offset):
                 # Compaction removed the records right below offset: the log still ends there.
                 segment = self._new_segment(offset)
                 self._segments.append(segment)
                 self._bases.append(offset)
-            self.leader_epochs.truncate_from_end(offset)
-            self._recovery_point = min(self._recovery_point, offset)
+            end = self.log_end_offset
+            self.leader_epochs.truncate_from_end(end)
+            self._recovery_point = min(self._recovery_point, end)
             self._write_recovery_point()
+
+    def _truncate_segment(self, segment: LogSegment, offset: int) -> None:
+        """Cut ``segment`` (the last) at ``offset``, keeping the rows below it of a batch
+        that spans it."""
+        found = segment.translate(offset, self._max_epoch())
+        if found is None:
+            return
+        position, header = found
+        prefix = None
+        if header.base_offset < offset:
+            payload = segment.view().slice(position + HEADER_SIZE, header.size - HEADER_SIZE)
+            segment.check(position, header, segment.view())
+            decoded = self._decoder.decode(payload)
+            rows = batch_offsets(header, decoded)
+            keep = rows < offset
+            if keep.any():  # a compacted batch may keep no row below offset
+                prefix = rewrite_batch(
+                    self._encoder,
+                    header,
+                    decoded,
+                    rows,
+                    keep,
+                    int(rows[keep][-1]) - header.base_offset,
+                )
+        segment.truncate_at(position, header)
+        if prefix is not None:
+            pieces, parsed = prefix
+            segment.append(pieces, (parsed,))
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything and restart the log empty at ``offset`` (a far-behind follower)."""
@@ -901,7 +1011,8 @@ class Log:
         )
 
     def close(self) -> None:
-        """Flush and close; the next open skips recovery. Idempotent."""
+        """Flush and close; the next open skips recovery (except of a segment a read
+        found corrupt, see :meth:`read_batches`). Idempotent."""
         with self._lock:
             if self._closed:
                 return

@@ -25,6 +25,8 @@ from raystream.log.index import OffsetIndex, TimeIndex
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+NO_LIMIT = 2**63
+"""No bound on a batch's offsets or leader epoch (an int, so checks stay comparisons)."""
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -44,6 +46,8 @@ class LogSegment:
             which ``segment.ms`` is measured from.
         verified_bytes: a prefix of the file whose checksums are known good in this
             process (written by it, or checked since open); reads past it check CRCs.
+        corrupt: a read found a bad batch in it (not only a wrong index entry); the
+            log's next open recovers it.
     """
 
     def __init__(
@@ -62,6 +66,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.rolling_timestamp = created_ms
         self.verified_bytes = 0
+        self.corrupt = False
         self.dirty = False
         self._bytes_since_index_entry = 0
         self._map: mmap.mmap | None = None
@@ -137,20 +142,73 @@ class LogSegment:
             self._buffer = pa.py_buffer(self._map)
         return self._buffer
 
-    def headers(self, position: int = 0, verify: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+    def headers(
+        self,
+        position: int = 0,
+        verify: bool = False,
+        first: int | None = None,
+        end: int = NO_LIMIT,
+        max_epoch: int = NO_LIMIT,
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """Iterate (position, header) from ``position`` to the end of the segment.
 
+        Each header's fields outside the CRC are checked against what the log
+        guarantees (a few integer comparisons per batch, no per-record work): the
+        magic and size (when parsed); the base offset at or after the segment's base
+        offset and past the previous batch's last offset, exactly ``first`` for the
+        first batch when given (the offset index's entry for ``position``), and the
+        last offset below ``end`` (the segment's next offset, or the next segment's
+        base); the partition leader epoch -1 (none) or from 0 to ``max_epoch``.
+
         Raises:
-            CorruptRecordError: a header is malformed, or (``verify``) a CRC mismatches.
+            CorruptRecordError: a header is malformed or disagrees with the index or
+                its neighbours, or (``verify``) a CRC mismatches.
         """
         buffer = self.view()
         size, where = self.size, self.where
+        floor = self.base_offset
         while position < size:
             header = parse_header(buffer, position, size, where)
+            base = header.base_offset
+            after = base + header.last_offset_delta + 1
+            epoch = header.partition_leader_epoch
+            if (
+                base < floor
+                or after > end
+                or not -1 <= epoch <= max_epoch
+                or (first is not None and base != first)
+            ):
+                self._check_fields(position, header, floor, first, end, max_epoch)
+            first = None
             if verify:
                 verify_crc(buffer, position, header, where)
             yield position, header
+            floor = after
             position += header.size
+
+    def _check_fields(
+        self,
+        position: int,
+        header: BatchHeader,
+        floor: int,
+        first: int | None,
+        end: int,
+        max_epoch: int,
+    ) -> None:
+        """Raise the error that says how a batch header disagrees with the segment."""
+        base = header.base_offset
+        epoch = header.partition_leader_epoch
+        if first is not None and base != first:
+            problem = f"base offset {base}, but the offset index says {first} starts there"
+        elif base < floor:
+            problem = f"base offset {base}, below {floor} (offsets would go backwards)"
+        elif base + header.last_offset_delta >= end:
+            problem = f"base offset {base} and last offset {header.last_offset}, not below {end}"
+        elif not -1 <= epoch <= max_epoch:
+            problem = f"partition leader epoch {epoch}, the newest the log knows is {max_epoch}"
+        else:
+            return
+        raise CorruptRecordError(f"{self.where} position {position}: batch header has {problem}")
 
     def check(self, position: int, header: BatchHeader, buffer: pa.Buffer) -> None:
         """Verify a batch's CRC unless it lies in the verified prefix."""
@@ -161,10 +219,17 @@ class LogSegment:
         if position <= self.verified_bytes:
             self.verified_bytes = end
 
-    def translate(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose last offset is >= ``offset``, or None past the end."""
-        _, position = self.index.lookup(offset)
-        for found in self.headers(position):
+    def translate(
+        self, offset: int, max_epoch: int = NO_LIMIT
+    ) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is >= ``offset``, or None past the end.
+
+        The scan starts at the offset index's entry at or below ``offset`` and checks
+        the batches it passes (see :meth:`headers`), so the batch found is one whose
+        offsets agree with the index and with the batches before it.
+        """
+        first, position = self.index.lookup(offset)
+        for found in self.headers(position, False, first, self.next_offset, max_epoch):
             if found[1].last_offset >= offset:
                 return found
         return None
@@ -184,60 +249,109 @@ class LogSegment:
 
     # --------------------------------------------------------------- recovery
 
-    def load(self, trust: bool) -> int:
+    def load(
+        self, trust: bool, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT, last: bool = False
+    ) -> int:
         """Bring the in-memory state in line with the file; returns bytes truncated.
 
         With ``trust`` (a clean shutdown, or data below the recovery point) the indexes
         are loaded and sanity-checked, and only the tail after the last index entry is
-        read. Otherwise every batch's CRC is checked, a torn or corrupt tail is cut
-        off, and both indexes are rebuilt.
+        read (its headers checked as a read checks them). Otherwise every batch's CRC
+        is checked, a torn or corrupt tail is cut off, and both indexes are rebuilt.
+        ``end``, ``max_epoch`` and ``last`` are as for :meth:`recover`.
         """
         if trust and self.index.load() and self.time_index.load() and self._index_is_sane():
             start_offset, position = self.index.last()
             self.max_timestamp = self.time_index.last_timestamp()
             self.next_offset = start_offset if len(self.index) else self.base_offset
             try:
-                first = next(self.headers(0), None)
+                first = next(self.headers(0, first=self.index.lookup(0)[0]), None)
                 if first is not None:
                     self.rolling_timestamp = first[1].max_timestamp
-                for _, header in self.headers(position):
+                for _, header in self.headers(position, False, start_offset, end, max_epoch):
                     self.next_offset = header.next_offset
                     self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
             except CorruptRecordError:
                 # The file lost bytes behind the index's back: check it all after all.
-                return self.recover()
+                return self.recover(end, max_epoch, last)
             self._bytes_since_index_entry = self.size - position
             return 0
-        return self.recover()
+        return self.recover(end, max_epoch, last)
 
-    def recover(self) -> int:
-        """Check every batch, cut a torn or corrupt tail, rebuild the indexes."""
+    def recover(self, end: int = NO_LIMIT, max_epoch: int = NO_LIMIT, last: bool = False) -> int:
+        """Check every batch, cut from the first bad one on, rebuild the indexes.
+
+        A batch is bad when it is torn, fails its CRC, has a malformed header, or its
+        base offset (outside the CRC) goes backwards, or its last offset reaches
+        ``end`` (the next segment's base offset, or the log end offset a clean
+        shutdown recorded), or its leader epoch (outside the CRC too) is below -1 or
+        above ``max_epoch`` (the newest epoch the log knows). With ``last`` (the log's
+        last segment, whose end nothing records after a crash) the final batch must
+        follow its predecessor without a gap: a leader's own appends never leave one,
+        and a follower fetches a batch it loses this way again.
+        """
         self.index.reset()
         self.time_index.reset()
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self._bytes_since_index_entry = 0
-        buffer = self.view()
-        position = 0
-        while position < self.size:
-            try:
-                header = parse_header(buffer, position, self.size, self.where)
-                verify_crc(buffer, position, header, self.where)
-                if header.base_offset < self.next_offset:
-                    raise CorruptRecordError(f"{self.where}: offsets go backwards")
-            except CorruptRecordError:
-                break
-            if position == 0:
-                self.rolling_timestamp = header.max_timestamp
-            self._index_batch(position, header)
-            position += header.size
-        truncated = self.size - position
+        good = 0
+        pending: BatchHeader | None = None  # the last batch, until its successor agrees
+        try:
+            for position, header in self.headers(0, True, None, end, max_epoch):
+                if pending is not None:
+                    self._index_batch(good, pending)
+                    good += pending.size
+                elif position == 0:
+                    self.rolling_timestamp = header.max_timestamp
+                pending = header
+            if pending is not None and (not last or pending.base_offset == self.next_offset):
+                self._index_batch(good, pending)
+                good += pending.size
+        except CorruptRecordError:
+            # When the next batch starts below the end of the last good one, either base
+            # offset may be the flipped one (both are outside the CRC): the last one is
+            # kept only when it follows its own predecessor without a gap.
+            if pending is not None and (
+                pending.base_offset == self.next_offset
+                or not self._goes_backwards_after(good, pending)
+            ):
+                self._index_batch(good, pending)
+                good += pending.size
+        truncated = self.size - good
         if truncated:
-            self._cut(position)
+            self._cut(good)
         self.verified_bytes = self.size
+        self.corrupt = False
         self.index.flush(fsync=True)
         self.time_index.flush(fsync=True)
         return truncated
+
+    def _goes_backwards_after(self, position: int, header: BatchHeader) -> bool:
+        """Whether the batch right after ``header``'s (at ``position``) starts below its
+        end (parsing it again: only on the error path of :meth:`recover`)."""
+        after = position + header.size
+        try:
+            following = parse_header(self.view(), after, self.size, self.where)
+        except CorruptRecordError:
+            return False
+        return following.base_offset < header.next_offset
+
+    def is_intact(self, max_epoch: int = NO_LIMIT) -> bool:
+        """Whether every batch passes the checks of :meth:`recover` and the batches end
+        exactly at the segment's next offset: its data is sound, so an error a read
+        met came from its indexes. Reads the whole segment (only after such an error)."""
+        try:
+            after = self.base_offset
+            for _, header in self.headers(0, True, None, self.next_offset, max_epoch):
+                after = header.next_offset
+        except CorruptRecordError:
+            return False
+        return after == self.next_offset
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the batches (of a segment :meth:`is_intact` passed)."""
+        self.recover(self.next_offset)
 
     def _index_is_sane(self) -> bool:
         offset, position = self.index.last()
@@ -270,8 +384,8 @@ class LogSegment:
         self.verified_bytes = min(self.verified_bytes, self.size)
         self.next_offset = self.base_offset
         self.max_timestamp = self.time_index.last_timestamp()
-        _, start = self.index.last()
-        for _, header in self.headers(start):
+        first, start = self.index.last()
+        for _, header in self.headers(start, first=first if len(self.index) else None):
             self.next_offset = header.next_offset
             self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         self._bytes_since_index_entry = self.size - start

@@ -37,10 +37,11 @@ import pyarrow as pa
 from raystream.client.accumulator import rows_per_request
 from raystream.client.partitioner import partitions_for_keys
 from raystream.client.sender import encode_records
+from raystream.dispatch import HANDLE
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.log.batch import BatchEncoder
-from raystream.log.producer_state import NO_PRODUCER_ID
 from raystream.records import batch_from_table
+from raystream.requests import ProduceRequest
 from raystream.transport import outcome
 from raystream.wire import Channel, Endpoint
 
@@ -136,16 +137,16 @@ class _Session:
             payload = encode_records(self._encoder, rows)
             futures.append(
                 _channel(writer.endpoints[partition]).call(
-                    "produce",
+                    HANDLE,
                     (
-                        payload,
-                        writer.acks,
-                        writer.request_timeout_ms,
-                        writer.compression_type,
-                        NO_PRODUCER_ID,
-                        -1,
-                        -1,
-                        False,
+                        ProduceRequest(
+                            writer.topic,
+                            partition,
+                            payload,
+                            writer.acks,
+                            writer.request_timeout_ms,
+                            writer.compression_type,
+                        ),
                     ),
                 )
             )

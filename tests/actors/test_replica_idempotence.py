@@ -20,6 +20,7 @@ from raystream.errors import (
     OutOfOrderSequenceError,
 )
 from raystream.records import build_batch
+from raystream.requests import FetchRequest, ProduceRequest
 
 
 def leader(cluster: Any, topic: str) -> Any:
@@ -33,7 +34,8 @@ def batch_of(cluster: Any, topic: str, values: list[bytes]) -> pa.RecordBatch:
 
 def produce_ref(cluster, topic, values, pid, epoch, seq, timeout_ms=30_000):
     batch = batch_of(cluster, topic, values)
-    return leader(cluster, topic).produce.remote(batch, 1, timeout_ms, None, pid, epoch, seq)
+    request = ProduceRequest(topic, 0, batch, 1, timeout_ms, None, pid, epoch, seq)
+    return leader(cluster, topic).handle.remote(request)
 
 
 def produce(cluster, topic, values, pid, epoch, seq, timeout_ms=30_000):
@@ -41,7 +43,8 @@ def produce(cluster, topic, values, pid, epoch, seq, timeout_ms=30_000):
 
 
 def stored(cluster: Any, topic: str) -> list[bytes]:
-    response = ray.get(leader(cluster, topic).fetch.remote(0, 8 << 20, 0), timeout=30)
+    request = FetchRequest(topic, 0, 0, 8 << 20, 0)
+    response = ray.get(leader(cluster, topic).handle.remote(request), timeout=30)
     response.raise_for_error()
     return response.records.column("value").to_pylist()
 

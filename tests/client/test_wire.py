@@ -161,22 +161,24 @@ def test_a_closed_channel_fails_waiting_and_later_calls_as_retriable(served: Loo
 def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster) -> None:
     import ray
 
-    from raystream.transport import call, outcome
+    from raystream.requests import FetchRequest, ListOffsetsRequest
+    from raystream.transport import outcome, send
 
     shared_cluster.admin().create_topic("wired")
     leader = shared_cluster.topic_metadata("wired").partitions[0].leader_handle
     endpoint = ray.get(leader.endpoint.remote())
     assert endpoint.host == "127.0.0.1" and endpoint.port > 0
-    assert outcome(call(leader, "list_offsets", -1, "read_uncommitted"), 10).offset == 0
-    assert "delete" not in endpoint.methods  # a Ray call, like every control call
+    latest = ListOffsetsRequest("wired", 0, -1)
+    assert outcome(send(leader, latest), 10).offset == 0
+    assert endpoint.methods == {"handle"}  # requests only: control calls are Ray calls
     pid = ray.get(leader.ping.remote())
-    parked = call(leader, "fetch", 0, 1 << 20, 60_000, 1, "read_uncommitted")
+    parked = send(leader, FetchRequest("wired", 0, 0, 1 << 20, 60_000))
     ray.kill(leader, no_restart=False)
     with pytest.raises(BrokerNotAvailableError):  # the long poll ends with its process
         outcome(parked, 30)  # Ray restarts it: a new process, a new endpoint
     answers = []
     for _ in range(200):
-        future: Future = call(leader, "list_offsets", -1, "read_uncommitted")
+        future: Future = send(leader, latest)
         try:
             answers.append(outcome(future, 30))
             break

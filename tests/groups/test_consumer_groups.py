@@ -339,10 +339,12 @@ def test_the_cli_lists_describes_and_resets_groups(shared_cluster, make_topic, c
     assert main([*ns, "groups", "describe", "cli-group"]) == 0
     out = capsys.readouterr().out
     assert "Empty" in out and f"{topic}-0" in out and " 5 " in out
-    assert (
-        main([*ns, "groups", "reset-offsets", "cli-group", "--topic", topic, "--to-offset", "2"])
-        == 0
-    )
-    assert f"{topic}-0: 2" in capsys.readouterr().out
+    reset = [*ns, "groups", "reset-offsets", "cli-group", "--topic", topic, "--to-offset", "2"]
+    assert main(reset) == 0  # a dry run, as Kafka's tool does without --execute
+    assert "dry run" in capsys.readouterr().out
+    assert shared_cluster.admin().describe_group("cli-group").offsets[TopicPartition(topic, 0)] == 5
+    assert main([*reset, "--execute"]) == 0
+    assert "reset offsets of group cli-group" in capsys.readouterr().out
+    assert shared_cluster.admin().describe_group("cli-group").offsets[TopicPartition(topic, 0)] == 2
     assert main([*ns, "groups", "describe", "no-such-group"]) != 0
     assert "GroupIdNotFoundError" in capsys.readouterr().err

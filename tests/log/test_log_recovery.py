@@ -67,9 +67,9 @@ def recoveries(monkeypatch):
     calls = []
     original = segment_module.LogSegment.recover
 
-    def recover(self):
+    def recover(self, *args):
         calls.append(self.base_offset)
-        return original(self)
+        return original(self, *args)
 
     monkeypatch.setattr(segment_module.LogSegment, "recover", recover)
     return calls

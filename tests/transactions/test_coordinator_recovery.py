@@ -15,6 +15,7 @@ import pytest
 
 from raystream.actors.partition_client import PartitionClient
 from raystream.records import build_batch
+from raystream.requests import TRANSACTION_COORDINATOR_WRITER, DescribeTransactionRequest
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
     TRANSACTION_STATE_TOPIC,
@@ -25,7 +26,7 @@ from raystream.types import TopicPartition
 
 
 def describe(cluster: Any, tid: str) -> dict:
-    return cluster.transaction_coordinator_call("describe", tid)
+    return cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
 
 
 @pytest.mark.parametrize("commit", [True, False])
@@ -52,7 +53,8 @@ def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart
     schema = shared_cluster.topic_metadata(TRANSACTION_STATE_TOPIC).record_schema
     record = transaction_record(prepared)
     batch = build_batch(schema, record["key"].to_pylist(), record["value"].to_pylist(), [0], None)
-    asyncio.run(PartitionClient(shared_cluster.namespace).produce(tp, batch, 60))
+    client = PartitionClient(shared_cluster.namespace)
+    asyncio.run(client.produce(tp, batch, 60, TRANSACTION_COORDINATOR_WRITER))
     # A new coordinator (the controller starts it on first use) loads and resumes.
     outcome = "CompleteCommit" if commit else "CompleteAbort"
     wait_until(

@@ -3,6 +3,7 @@ fencing, offsets committed with the output, timeouts, markers hidden from everyo
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ from raystream.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
 )
+from raystream.requests import DescribeTransactionRequest, EndTxnRequest, ListGroupsRequest
 from raystream.types import TopicPartition
 
 
@@ -180,7 +182,7 @@ def test_an_end_carries_the_written_partitions_into_the_next_transaction(
     tid = producer.config.transactional_id
 
     def coordinator_side() -> tuple[str, set[str], int]:
-        described = shared_cluster.transaction_coordinator_call("describe", tid)
+        described = shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
         topics = {topic for topic, _ in described["partitions"]}
         return described["state"], topics, described["producer_epoch"]
 
@@ -225,9 +227,14 @@ def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
     epoch = producer._txn.producer_epoch
 
     def described() -> dict:
-        return shared_cluster.transaction_coordinator_call("describe", tid)
+        return shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
 
-    wait_until(lambda: described()["state"] != "Ongoing", 10, "the carried transaction ended")
+    # Ongoing until the release thread ends it, PrepareAbort while its markers are written
+    wait_until(
+        lambda: described()["state"] not in ("Ongoing", "PrepareAbort"),
+        10,
+        "the carried transaction ended",
+    )
     ended = described()
     assert ended["state"] == "CompleteAbort" and ended["producer_epoch"] == epoch
     # Past the carried transaction's timeout and one more pass of the coordinator's
@@ -255,15 +262,17 @@ def test_a_retried_end_of_a_carried_transaction_leaves_the_next_one_alone(
     producer = transactional(shared_cluster)
     txn = producer._txn
     tid = producer.config.transactional_id
-    ended = (tid, txn.producer_id, txn.producer_epoch, True, txn._number, [(topic, 0)])
+    ended = EndTxnRequest(
+        tid, txn.producer_id, txn.producer_epoch, True, txn._number, ((topic, 0),)
+    )
     producer.begin_transaction()
     producer.send(topic, b"one").get()
     producer.commit_transaction()
     call = shared_cluster.transaction_coordinator_call
     # The same end again (its answer lost, say) is answered as before, changing nothing.
-    assert tuple(call("end_txn", *ended)) == (txn.producer_id, txn.producer_epoch)
+    assert tuple(call(ended)) == (txn.producer_id, txn.producer_epoch)
     with pytest.raises(InvalidTxnStateError, match="it was committed"):
-        call("end_txn", *ended[:3], False, *ended[4:])
+        call(dataclasses.replace(ended, committed=False))
     producer.begin_transaction()
     producer.send(topic, b"two").get()
     assert read_all(shared_cluster, topic, "read_committed") == [b"one"]
@@ -377,7 +386,7 @@ def test_a_restarted_group_coordinator_keeps_memberships_behind_an_open_transact
     from raystream.groups.offsets_topic import OFFSETS_TOPIC, partition_for
 
     topic = make_topic()
-    shared_cluster.coordinator_call("list_groups")  # creates __consumer_offsets
+    shared_cluster.coordinator_call(ListGroupsRequest())  # creates __consumer_offsets
     partitions = len(shared_cluster.topic_metadata(OFFSETS_TOPIC, True).partitions)
     group = f"held-back-{time.monotonic_ns()}"
     other = next(
