@@ -45,10 +45,16 @@ exception here.
     ├── UnstableOffsetCommitError           (88, retriable: a transaction may still commit
     │                                         offsets of the group)
     ├── ProducerFencedError                 (90)
-    └── IllegalStateError                   (-1: client used out of order, e.g. after close)
+    ├── IllegalStateError                   (-1: client used out of order, e.g. after close)
+    └── RecordDeserializationError          (-1, client side: a deserializer raised on a
+                                              record; the consumer stays at its offset)
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from raystream.types import TopicPartition
 
 
 class RaystreamError(Exception):
@@ -313,6 +319,38 @@ class IllegalStateError(RaystreamError):
     """A client was used in a state that does not allow the call (e.g. after close)."""
 
     code = -1
+
+
+class RecordDeserializationError(RaystreamError):
+    """A consumer's key or value deserializer raised on a fetched record.
+
+    Kafka's ``RecordDeserializationException``: the consumer's position stays at the
+    record, so nothing after it is skipped and auto-commit never commits past it. The
+    records before it are returned first (by the poll that reached it, or one by one by
+    iteration); every later poll raises this again until the application seeks past
+    it: ``consumer.seek(error.topic_partition, error.offset + 1)``. ``__cause__`` is
+    the deserializer's exception. Client side only: no actor answers with it.
+
+    Attributes:
+        topic, partition, offset: where the record is.
+    """
+
+    code = -1
+
+    def __init__(self, message: str, topic: str = "", partition: int = -1, offset: int = -1):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The record's partition (what ``seek`` takes)."""
+        return TopicPartition(self.topic, self.partition)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keeps the fields through pickling (Ray carries errors between processes).
+        return (type(self), (str(self), self.topic, self.partition, self.offset))
 
 
 _BY_CODE: dict[int, type[RaystreamError]] = {

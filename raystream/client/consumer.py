@@ -54,6 +54,7 @@ from raystream.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidRequestError,
+    RecordDeserializationError,
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.assignors import ASSIGNORS
@@ -316,6 +317,7 @@ class Consumer:
         self._next_metadata_check = math.inf
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._live: _LiveBatch | None = None
+        self._deferred: tuple[PartitionState, int, RecordDeserializationError] | None = None
         self._closed = False
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
@@ -509,15 +511,53 @@ class Consumer:
         by partition, in offset order; positions move past them. May block for the
         list-offsets calls that give new partitions their positions.
 
+        A deserializer that raises stops the poll at that record, as in Kafka: the
+        records before it (of its partition, and of the partitions taken before it) are
+        returned, the record's partition keeps its position at the record, and the next
+        poll raises RecordDeserializationError naming it (at once when no record comes
+        before it); so does every poll after, until ``seek()`` moves past it.
+
         Raises:
             IllegalStateError: no subscription or assignment, or the consumer is closed.
             OffsetOutOfRangeError: no valid position and auto_offset_reset="none".
+            RecordDeserializationError: a deserializer raised on the record at the
+                position of the partition it names.
             RaystreamError: a non-retriable fetch error (buffered data is kept).
         """
+        self._check_open()
+        self._raise_deferred()
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for drained in self._poll(timeout_ms, max_records, advance=True):
-            result[drained.state.tp] = self._records(drained)
+        drained = self._poll(timeout_ms, max_records, advance=True)
+        for index, part in enumerate(drained):
+            records: list[ConsumerRecord] = []
+            try:
+                self._records(part, into=records)
+            except BaseException as failure:
+                # Positions moved past the whole poll: put them back at the failing record
+                # (its partition) and where they were (the partitions not returned).
+                bad = int(part.offsets[len(records)])
+                self._fetcher.seek(part.state.tp, bad)
+                for later in drained[index + 1 :]:
+                    self._fetcher.seek(later.state.tp, later.start)
+                if not isinstance(failure, Exception):
+                    raise  # KeyboardInterrupt and the like: nothing is lost either
+                error = _deserialization_error(part.state.tp, bad, failure)
+                if records:
+                    result[part.state.tp] = records
+                if not result:
+                    raise error
+                self._deferred = (part.state, part.state.epoch, error)
+                return result
+            result[part.state.tp] = records
         return result
+
+    def _raise_deferred(self) -> None:
+        """Raise the deserialization error a poll put off, if its record is still next."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            state, epoch, error = deferred
+            if state.epoch == epoch and state.position == error.offset:
+                raise error
 
     def poll_arrow(self, timeout_ms: float = 0, max_records: int | None = None) -> pa.Table:
         """The records ``poll()`` would return, as one Arrow table (no per-record work).
@@ -578,8 +618,14 @@ class Consumer:
             if offsets:
                 self._group.commit_async(offsets, None)
 
-    def _records(self, drained: Drained, cursor: Iterator[int] | None = None) -> Any:
-        """The drained rows as a list of records, or made lazily along ``cursor``."""
+    def _records(
+        self,
+        drained: Drained,
+        cursor: Iterator[int] | None = None,
+        into: list[ConsumerRecord] | None = None,
+    ) -> Any:
+        """The drained rows as a list of records (appended to ``into``, which keeps those
+        made before a deserializer raises), or made lazily along ``cursor``."""
         state = drained.state
         args = (
             drained.table,
@@ -591,7 +637,7 @@ class Consumer:
             self._value_deserializer,
         )
         if cursor is None:
-            return consumer_records(*args)
+            return consumer_records(*args, into=into)
         return iter_consumer_records(*args, cursor=cursor)
 
     def _empty_table(self) -> pa.Table:
@@ -613,7 +659,8 @@ class Consumer:
 
         The position moves past each record as it is handed out, so leaving the loop
         early loses nothing. A seek, pause or assignment change during the loop takes
-        effect at the next record.
+        effect at the next record. A deserializer that raises ends the loop with
+        RecordDeserializationError, the position at that record (see :meth:`poll`).
         """
         self._check_open()
         if self._iterator is None:
@@ -631,6 +678,7 @@ class Consumer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
+                self._raise_deferred()
                 batch = self._poll(min(remaining, 1.0) * 1000, None, advance=False)
                 for drained in batch:
                     state = drained.state
@@ -638,7 +686,11 @@ class Consumer:
                         continue  # sought, paused, polled or unassigned since drained
                     offsets = drained.offsets.tolist()
                     live = self._live = _LiveBatch(state, drained.epoch, offsets, iter(offsets))
-                    yield from self._records(drained, live.cursor)
+                    records = self._records(drained, live.cursor)
+                    try:
+                        yield from records
+                    except Exception as failure:  # a deserializer raised
+                        raise self._stop_at_failed_record(live, failure) from failure
                     if self._live is live:  # every record handed out, none of it undone
                         self._live = None
                         state.position = offsets[-1] + 1
@@ -646,6 +698,20 @@ class Consumer:
                     deadline = time.monotonic() + timeout_s
         finally:
             self._iterator = None  # the next iter() starts afresh
+
+    def _stop_at_failed_record(
+        self, live: _LiveBatch, failure: Exception
+    ) -> RecordDeserializationError:
+        """Leave the iterated partition's position at the record whose deserializer
+        raised (the loop handed out the ones before it) and describe it."""
+        # The cursor yielded the failing record's offset before its key and value were
+        # deserialized (offset comes first in a record), so it counts as taken.
+        taken = len(live.offsets) - live.cursor.__length_hint__()
+        bad = live.offsets[taken - 1]
+        if self._live is live:
+            self._live = None
+            self._fetcher.seek(live.state.tp, bad)  # drops the batch past it
+        return _deserialization_error(live.state.tp, bad, failure)
 
     def _settle(self, stop: bool) -> None:
         """Move the iterated partition's position past the records handed out so far.
@@ -978,6 +1044,21 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
+
+
+def _deserialization_error(
+    tp: TopicPartition, offset: int, failure: Exception
+) -> RecordDeserializationError:
+    error = RecordDeserializationError(
+        f"deserializing the record at offset {offset} of {tp.topic}-{tp.partition} failed: "
+        f"{type(failure).__name__}: {failure}. The consumer stays at that record; "
+        f"seek past it to go on (consumer.seek(error.topic_partition, {offset + 1}))",
+        tp.topic,
+        tp.partition,
+        offset,
+    )
+    error.__cause__ = failure
+    return error
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> str:
