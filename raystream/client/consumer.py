@@ -545,7 +545,7 @@ class Consumer:
                 if records:
                     result[part.state.tp] = records
                 if not result:
-                    raise error
+                    raise error from failure
                 self._deferred = (part.state, part.state.epoch, error)
                 return result
             result[part.state.tp] = records
