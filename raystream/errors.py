@@ -32,6 +32,7 @@ exception here.
     ├── InvalidReplicationFactorError       (38)
     ├── InvalidConfigError                  (40)
     ├── InvalidRequestError                 (42: a bad argument)
+    │   └── PartitionOutOfRangeError        (a partition the topic does not have)
     ├── OutOfOrderSequenceError             (45)
     ├── InvalidProducerEpochError           (47: an older epoch of the producer)
     ├── InvalidTxnStateError                (48: a transaction call out of order)
@@ -217,6 +218,41 @@ class InvalidRequestError(RaystreamError):
     """A request argument is invalid (wrong type, negative offset, bad acks, ...)."""
 
     code = 42
+
+
+class PartitionOutOfRangeError(InvalidRequestError):
+    """A caller named a partition a topic does not have (negative, or >= its count).
+
+    Not retriable, unlike UnknownTopicOrPartitionError (which a leader answers while
+    metadata catches up): the client checks the count against fresh metadata first, so
+    the partition is the caller's mistake. Kafka's producer refuses it alike ("Invalid
+    partition given with record: 5 is not in the range [0...3)").
+
+    Attributes:
+        topic, partition: what was asked for; num_partitions: what the topic has.
+    """
+
+    def __init__(
+        self, message: str, topic: str = "", partition: Any = -1, num_partitions: int = -1
+    ):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.num_partitions = num_partitions
+
+    @classmethod
+    def of(cls, topic: str, partition: Any, num_partitions: int) -> PartitionOutOfRangeError:
+        """The error for ``partition`` of ``topic``, which has ``num_partitions``."""
+        return cls(
+            f"partition {partition!r} of topic {topic!r} does not exist: it is not in the "
+            f"range [0, {num_partitions})",
+            topic,
+            partition,
+            num_partitions,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.topic, self.partition, self.num_partitions))
 
 
 class OutOfOrderSequenceError(RaystreamError):

@@ -49,7 +49,7 @@ import pyarrow as pa
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.fetcher import Drained, Fetcher, PartitionState
 from raystream.client.membership import CommitCallback, GroupMembership
-from raystream.config import KafkaConfig, require
+from raystream.config import ConsumerConfig, require
 from raystream.errors import (
     CommitFailedError,
     IllegalStateError,
@@ -57,7 +57,6 @@ from raystream.errors import (
     RecordDeserializationError,
     UnknownTopicOrPartitionError,
 )
-from raystream.groups.assignors import ASSIGNORS
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.records import (
     BYTES_SCHEMA,
@@ -68,152 +67,11 @@ from raystream.records import (
 )
 from raystream.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
-AUTO_OFFSET_RESET = ("earliest", "latest", "none")
-"""auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
-AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-
 GROUP_SLICE_S = 0.02
 """While a rebalance is under way, poll() waits in slices this long so that it applies
 the join's answer as soon as it arrives."""
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class ConsumerConfig(KafkaConfig):
-    """A consumer's settings (kafka-python's names and defaults).
-
-    Attributes:
-        group_id: the consumer group (None: no group, nothing to commit).
-        group_instance_id: makes the member static: a restart with the same id within
-            ``session_timeout_ms`` gets its partitions back without a rebalance.
-        client_id: names the member in the group (member ids start with it).
-        auto_offset_reset: where a partition without a valid position starts:
-            "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
-        enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).
-        isolation_level: "read_uncommitted" or "read_committed".
-        max_poll_records: records one ``poll()`` returns at most.
-        session_timeout_ms: a member silent this long is evicted, its partitions move.
-        heartbeat_interval_ms: how often the member heartbeats (well below the above).
-        max_poll_interval_ms: a member whose application does not call ``poll()`` for
-            this long leaves the group (and rejoins at its next poll).
-        partition_assignment_strategy: a strategy name, or a list of names in
-            preference order: "range", "roundrobin", "sticky", "cooperative-sticky".
-        fetch_max_wait_ms: how long a leader holds a fetch that finds no new data.
-        fetch_min_bytes: the leader answers a fetch once this much data is there.
-        fetch_max_bytes, max_partition_fetch_bytes: bytes one fetch may return; each
-            fetch reads one partition, so the smaller of the two applies (a batch larger
-            than that is still returned whole).
-        consumer_timeout_ms: iteration stops after this long without a record
-            (default: never).
-        request_timeout_ms: how long offset lookups may take, retries included.
-        retry_backoff_ms: pause before retrying after a retriable error.
-        metadata_max_age_ms: how often a subscription looks for new partitions.
-    """
-
-    group_id: str | None = None
-    group_instance_id: str | None = None
-    client_id: str = "raystream-consumer"
-    auto_offset_reset: str = "latest"
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5000
-    isolation_level: str = "read_uncommitted"
-    max_poll_records: int = 500
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3000
-    max_poll_interval_ms: int = 300_000
-    partition_assignment_strategy: Any = "cooperative-sticky"
-    fetch_max_wait_ms: int = 500
-    fetch_min_bytes: int = 1
-    fetch_max_bytes: int = 52_428_800
-    max_partition_fetch_bytes: int = 1_048_576
-    consumer_timeout_ms: float = math.inf
-    request_timeout_ms: int = 30_000
-    retry_backoff_ms: int = 100
-    metadata_max_age_ms: int = 300_000
-
-    def __post_init__(self) -> None:
-        owner = "consumer config"
-        reset = self.auto_offset_reset
-        if isinstance(reset, str):
-            reset = AUTO_OFFSET_RESET_ALIASES.get(reset.lower(), reset.lower())
-        require(
-            reset in AUTO_OFFSET_RESET,
-            owner,
-            "auto_offset_reset",
-            self.auto_offset_reset,
-            "use 'earliest', 'latest' or 'none'",
-        )
-        object.__setattr__(self, "auto_offset_reset", reset)
-        require(
-            self.isolation_level in ISOLATION_LEVELS,
-            owner,
-            "isolation_level",
-            self.isolation_level,
-            "use 'read_uncommitted' or 'read_committed'",
-        )
-        require(
-            self.group_id is None or (isinstance(self.group_id, str) and self.group_id != ""),
-            owner,
-            "group_id",
-            self.group_id,
-            "expected a non-empty string or None",
-        )
-        for name in ("group_instance_id", "client_id"):
-            value = getattr(self, name)
-            require(
-                value is None or (isinstance(value, str) and value != ""),
-                owner,
-                name,
-                value,
-                "expected a non-empty string",
-            )
-        strategies = self.partition_assignment_strategy
-        if isinstance(strategies, str):
-            strategies = [strategies]
-        require(
-            isinstance(strategies, (list, tuple))
-            and len(strategies) > 0
-            and all(s in ASSIGNORS for s in strategies),
-            owner,
-            "partition_assignment_strategy",
-            self.partition_assignment_strategy,
-            f"use one or a list of {', '.join(ASSIGNORS)}",
-        )
-        object.__setattr__(self, "partition_assignment_strategy", list(strategies))
-        require(
-            isinstance(self.enable_auto_commit, bool),
-            owner,
-            "enable_auto_commit",
-            self.enable_auto_commit,
-            "expected true or false",
-        )
-        for name, low in (
-            ("auto_commit_interval_ms", 1),
-            ("max_poll_records", 1),
-            ("session_timeout_ms", 1),
-            ("heartbeat_interval_ms", 1),
-            ("max_poll_interval_ms", 1),
-            ("fetch_max_wait_ms", 0),
-            ("fetch_min_bytes", 0),
-            ("fetch_max_bytes", 1),
-            ("max_partition_fetch_bytes", 1),
-            ("request_timeout_ms", 1),
-            ("retry_backoff_ms", 0),
-            ("metadata_max_age_ms", 0),
-        ):
-            value = getattr(self, name)
-            require(_is_int(value), owner, name, value, "expected an integer")
-            require(value >= low, owner, name, value, f"must be >= {low}")
-        timeout = self.consumer_timeout_ms
-        require(
-            isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout >= 0,
-            owner,
-            "consumer_timeout_ms",
-            timeout,
-            "expected a number of milliseconds >= 0 (or float('inf'))",
-        )
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -458,7 +316,8 @@ class Consumer:
 
         Raises:
             InvalidRequestError: an item is not a TopicPartition.
-            UnknownTopicOrPartitionError: a topic or partition does not exist.
+            UnknownTopicOrPartitionError: a topic does not exist.
+            PartitionOutOfRangeError: a topic has no such partition.
             IllegalStateError: the consumer is subscribed (call unsubscribe() first).
         """
         self._check_open()
@@ -803,7 +662,8 @@ class Consumer:
 
         Raises:
             InvalidRequestError: a timestamp is not an integer >= 0.
-            UnknownTopicOrPartitionError: a partition does not exist.
+            UnknownTopicOrPartitionError: a topic does not exist.
+            PartitionOutOfRangeError: a topic has no such partition.
         """
         self._check_open()
         if not isinstance(timestamps, dict):
