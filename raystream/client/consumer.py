@@ -438,6 +438,7 @@ class Consumer:
 
     def _poll(self, timeout_ms: float, max_records: int | None, advance: bool) -> list[Drained]:
         self._check_open()
+        self._fetcher.metrics.record_poll(time.monotonic())
         if not _is_number(timeout_ms) or timeout_ms < 0:
             raise InvalidRequestError(f"poll timeout_ms={timeout_ms!r} must be a number >= 0")
         if max_records is None:
@@ -475,7 +476,7 @@ class Consumer:
             self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
             offsets = self._positions(self._fetcher.assignment())
             if offsets:
-                self._group.commit_async(offsets, None)
+                self._group.commit_async(offsets, self._timed_commit(None))
 
     def _records(
         self,
@@ -719,7 +720,7 @@ class Consumer:
         self._settle(stop=False)
         offsets = self._checked_offsets(offsets, "commit")
         if offsets:
-            group.commit(offsets)
+            self._commit_now(group, offsets)
 
     def commit_async(
         self,
@@ -733,7 +734,7 @@ class Consumer:
         self._settle(stop=False)
         offsets = self._checked_offsets(offsets, "commit_async")
         if offsets:
-            group.commit_async(offsets, callback)
+            group.commit_async(offsets, self._timed_commit(callback))
         elif callback is not None:
             callback({}, None)
 
@@ -796,7 +797,29 @@ class Consumer:
         assert self._group is not None
         offsets = self._positions(partitions)
         if offsets:
-            self._group.commit(offsets)
+            self._commit_now(self._group, offsets)
+
+    def _commit_now(self, group: GroupMembership, offsets: dict[TopicPartition, int]) -> None:
+        """Commit and wait, counting it in the commit metrics when it succeeds."""
+        start = time.monotonic()
+        group.commit(offsets)
+        now = time.monotonic()
+        self._fetcher.metrics.record_commit(now - start, now)
+
+    def _timed_commit(self, callback: CommitCallback | None) -> CommitCallback:
+        """``callback`` that first counts the commit in the metrics (the time until its
+        answer was seen, at a poll) when it succeeded."""
+        start = time.monotonic()
+        metrics = self._fetcher.metrics
+
+        def done(offsets: dict[TopicPartition, int], error: Exception | None) -> None:
+            if error is None:
+                now = time.monotonic()
+                metrics.record_commit(now - start, now)
+            if callback is not None:
+                callback(offsets, error)
+
+        return done
 
     # ------------------------------------------------------------ flow control
 
@@ -827,6 +850,39 @@ class Consumer:
         """The paused partitions."""
         self._check_open()
         return self._fetcher.paused()
+
+    # ----------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict[str, Any]:
+        """The consumer's metrics under Kafka's names.
+
+        Counted per fetch, per poll and per commit, so reading them costs nothing on the
+        poll path. Rates are per second and latencies in ms, over Kafka's window (the
+        last 30 to 60 s; NaN for an average with nothing in it); ``*-total`` counts
+        since the consumer was made:
+
+        - ``records-consumed-rate`` / ``-total``, ``bytes-consumed-rate`` / ``-total``:
+          what poll(), poll_arrow() and iteration took from the fetched data (bytes as
+          fetched, before conversion).
+        - ``fetch-rate`` / ``-total``, ``fetch-latency-avg`` / ``-max`` (a fetch's round
+          trip, the leader's long-poll wait included), ``fetch-size-avg`` / ``-max``
+          (bytes), ``records-per-request-avg``.
+        - ``records-lag-max``: the largest lag of the assigned partitions, and
+          ``records-lag``: a dict of each partition's lag (its last fetched high
+          watermark minus its position), now rather than over a window.
+        - ``commit-rate`` / ``-total``, ``commit-latency-avg`` / ``-max``: successful
+          offset commits (an async one is timed until its answer is seen, at a poll).
+        - ``assigned-partitions``, ``time-between-poll-avg`` / ``-max``,
+          ``last-poll-seconds-ago``.
+        """
+        self._check_open()
+        self._settle(stop=False)
+        fetcher = self._fetcher
+        return fetcher.metrics.snapshot(
+            time.monotonic(),
+            fetcher.lags(),
+            **{"assigned-partitions": len(fetcher.assignment())},
+        )
 
     # ---------------------------------------------------------------- metadata
 

@@ -494,6 +494,39 @@ class Producer:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    # ----------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict[str, float]:
+        """The producer's metrics under Kafka's names (``producer-metrics``).
+
+        Counted per produce call by the I/O thread, so reading them costs nothing on the
+        send path. Rates are per second and latencies in ms, over Kafka's window (the
+        last 30 to 60 s; NaN for an average with nothing in it); ``*-total`` counts
+        since the producer was made:
+
+        - ``record-send-rate`` / ``-total``: records sent (a resend counts again, as
+          in Kafka); ``record-retry-rate`` / ``-total``: records resent;
+          ``record-error-rate`` / ``-total``: records that failed for good.
+        - ``request-rate`` / ``-total``, ``response-rate`` / ``-total``,
+          ``request-latency-avg`` / ``-max`` (a produce call's round trip),
+          ``records-per-request-avg``, ``request-size-avg`` / ``-max`` and
+          ``batch-size-avg`` / ``-max`` (bytes per call: a call carries one batch of
+          one partition), ``outgoing-byte-rate`` / ``-total``,
+          ``record-queue-time-avg`` / ``-max`` (ms the oldest record of a call waited).
+        - ``buffer-total-bytes`` (``buffer_memory``), ``buffer-available-bytes``,
+          ``requests-in-flight``.
+        """
+        accumulator = self._accumulator
+        return self._sender.metrics.snapshot(
+            time.monotonic(),
+            **{
+                "buffer-total-bytes": accumulator.buffer_memory,
+                "buffer-available-bytes": accumulator.buffer_memory
+                - accumulator.buffered_bytes,
+                "requests-in-flight": len(self._sender._in_flight),
+            },
+        )
+
     # ---------------------------------------------------------------- metadata
 
     def partitions_for(self, topic: str) -> set[int]:
