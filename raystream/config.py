@@ -79,6 +79,8 @@ def unknown_option(owner: str, key: str, known: Iterable[str]) -> str:
     dotted = "." in key
     spell = (lambda name: name.replace("_", ".")) if dotted else (lambda name: name)
     names = sorted(known)
+    if not names:
+        return f"unknown {owner} option {key!r}: {owner} takes no options"
     close = difflib.get_close_matches(key.replace(".", "_").lower(), names, n=1, cutoff=0.6)
     if close:
         return f"unknown {owner} option {key!r} (did you mean {spell(close[0])!r}?)"

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.errors import InvalidRequestError
+from raystream.config import unknown_option
+from raystream.errors import InvalidConfigError, InvalidRequestError, PartitionOutOfRangeError
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
@@ -27,7 +28,9 @@ class Admin:
         >>> admin.create_topic("orders", partitions=3)           # doctest: +SKIP
     """
 
-    def __init__(self, cluster: Cluster | None = None) -> None:
+    def __init__(self, cluster: Cluster | None = None, **options: Any) -> None:
+        for key in options:  # kafka-python's admin options (bootstrap_servers, ...)
+            raise InvalidConfigError(unknown_option("Admin", key, ()))
         self.cluster = resolve_cluster(cluster)
 
     def create_topic(
@@ -144,6 +147,7 @@ class Admin:
         Raises:
             NonEmptyGroupError: the group has members; stop them first.
             InvalidRequestError: ``to`` is none of the above (the message names it).
+            PartitionOutOfRangeError: ``to`` names a partition the topic lacks.
             UnknownTopicOrPartitionError: the topic does not exist.
         """
         tps = [
@@ -162,10 +166,12 @@ class Admin:
             offsets = {}
             for partition, offset in to.items():
                 tp = TopicPartition(topic, partition)
-                if tp not in tps or not isinstance(offset, int) or offset < 0:
+                if tp not in tps:
+                    raise PartitionOutOfRangeError.of(topic, partition, len(tps))
+                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
                     raise InvalidRequestError(
-                        f"reset_offsets: {partition!r}: {offset!r} is not an existing "
-                        f"partition of {topic!r} with an offset >= 0"
+                        f"reset_offsets: offset {offset!r} for partition {partition} of "
+                        f"{topic!r} must be an integer >= 0"
                     )
                 offsets[tp] = offset
         else:
