@@ -394,12 +394,14 @@ class Consumer:
             except BaseException as failure:
                 # Positions moved past the whole poll: put them back at the failing record
                 # (its partition) and where they were (the partitions not returned).
+                if not isinstance(failure, Exception):  # KeyboardInterrupt: none returned
+                    for each in drained:
+                        self._fetcher.seek(each.state.tp, each.start)
+                    raise
                 bad = int(part.offsets[len(records)])
                 self._fetcher.seek(part.state.tp, bad)
                 for later in drained[index + 1 :]:
                     self._fetcher.seek(later.state.tp, later.start)
-                if not isinstance(failure, Exception):
-                    raise  # KeyboardInterrupt and the like: nothing is lost either
                 error = _deserialization_error(part.state.tp, bad, failure)
                 if records:
                     result[part.state.tp] = records
