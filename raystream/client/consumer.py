@@ -551,8 +551,13 @@ class Consumer:
                     records = self._records(drained, live.cursor)
                     try:
                         yield from records
-                    except Exception as failure:  # a deserializer raised
-                        raise self._stop_at_failed_record(live, failure) from failure
+                    except GeneratorExit:  # the loop was left: nothing failed
+                        raise
+                    except BaseException as failure:  # a deserializer raised
+                        error = self._stop_at_failed_record(live, failure)
+                        if not isinstance(failure, Exception):
+                            raise  # KeyboardInterrupt: the position is kept all the same
+                        raise error from failure
                     if self._live is live:  # every record handed out, none of it undone
                         self._live = None
                         state.position = offsets[-1] + 1
@@ -562,7 +567,7 @@ class Consumer:
             self._iterator = None  # the next iter() starts afresh
 
     def _stop_at_failed_record(
-        self, live: _LiveBatch, failure: Exception
+        self, live: _LiveBatch, failure: BaseException
     ) -> RecordDeserializationError:
         """Leave the iterated partition's position at the record whose deserializer
         raised (the loop handed out the ones before it) and describe it."""
@@ -965,7 +970,7 @@ class Consumer:
 
 
 def _deserialization_error(
-    tp: TopicPartition, offset: int, failure: Exception
+    tp: TopicPartition, offset: int, failure: BaseException
 ) -> RecordDeserializationError:
     error = RecordDeserializationError(
         f"deserializing the record at offset {offset} of {tp.topic}-{tp.partition} failed: "
