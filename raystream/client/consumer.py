@@ -11,7 +11,12 @@ Offsets are the application's: a partition's position starts from
 moves past every record returned, and ``seek*()`` moves it. A fetch answered with
 OffsetOutOfRange resets the position by ``auto_offset_reset`` like Kafka (or raises
 when it is "none"). Dead replica actors and retriable errors are retried after a
-metadata refresh without surfacing.
+metadata refresh without surfacing. A deserializer that raises never moves a position
+past its record (Kafka's rule): the records before it are returned, then
+RecordDeserializationError names the record until the application seeks past it.
+
+``metrics()`` reports Kafka's consumer metrics (records-consumed-rate, fetch-latency-avg,
+records-lag-max, commit-latency-avg, ...), counted per fetch, poll and commit.
 
 With a ``group_id``, ``subscribe()`` makes the consumer a member of that consumer
 group (:mod:`raystream.client.membership`): the group coordinator shares the

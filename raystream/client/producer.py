@@ -22,6 +22,9 @@ leader writes it once however often it is retried: no duplicates, per-partition 
 kept (see :mod:`raystream.client.sender`). Without it (or with acks=0) delivery is at
 least once.
 
+``metrics()`` reports Kafka's producer metrics (record-send-rate, request-latency-avg,
+batch-size-avg, buffer-available-bytes, ...), counted per produce call by the sender.
+
 Transactions (``transactional_id``): ``init_transactions()`` once, then
 ``begin_transaction()``, sends to any partitions of any topics,
 ``send_offsets_to_transaction()`` for a consume-transform-produce loop, and
