@@ -71,20 +71,20 @@ def unknown_option(owner: str, key: str, known: Iterable[str]) -> str:
 
     Example:
         >>> unknown_option("ProducerConfig", "linger", ["linger_ms", "acks"])
-        "unknown ProducerConfig option 'linger' (did you mean 'linger_ms'?)"
+        "unknown ProducerConfig key 'linger' (did you mean 'linger_ms'?)"
     """
     hint = CONNECTION_HINTS.get(key.replace(".", "_"))
     if hint is not None:
-        return f"unknown {owner} option {key!r}: {hint}"
+        return f"unknown {owner} key {key!r}: {hint}"
     dotted = "." in key
     spell = (lambda name: name.replace("_", ".")) if dotted else (lambda name: name)
     names = sorted(known)
     if not names:
-        return f"unknown {owner} option {key!r}: {owner} takes no options"
+        return f"unknown {owner} key {key!r}: {owner} takes no options"
     close = difflib.get_close_matches(key.replace(".", "_").lower(), names, n=1, cutoff=0.6)
     if close:
-        return f"unknown {owner} option {key!r} (did you mean {spell(close[0])!r}?)"
-    return f"unknown {owner} option {key!r}; known options: " + ", ".join(map(spell, names))
+        return f"unknown {owner} key {key!r} (did you mean {spell(close[0])!r}?)"
+    return f"unknown {owner} key {key!r}; known keys: " + ", ".join(map(spell, names))
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

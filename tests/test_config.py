@@ -54,13 +54,13 @@ def test_broker_config_validates_its_intervals() -> None:
 @pytest.mark.parametrize(
     ("config", "key", "message"),
     [
-        (LogConfig, "retention.msec", "option 'retention.msec' (did you mean 'retention.ms'?)"),
-        (LogConfig, "retention_msec", "option 'retention_msec' (did you mean 'retention_ms'?)"),
-        (ProducerConfig, "linger", "option 'linger' (did you mean 'linger_ms'?)"),
+        (LogConfig, "retention.msec", "key 'retention.msec' (did you mean 'retention.ms'?)"),
+        (LogConfig, "retention_msec", "key 'retention_msec' (did you mean 'retention_ms'?)"),
+        (ProducerConfig, "linger", "key 'linger' (did you mean 'linger_ms'?)"),
         (ConsumerConfig, "auto_offset_rest", "(did you mean 'auto_offset_reset'?)"),
         (BrokerConfig, "data.dirs", "(did you mean 'data.dir'?)"),
         (ConsumerConfig, "bootstrap.servers", "a raystream client reaches its cluster"),
-        (ProducerConfig, "qqq", "option 'qqq'; known options: acks, batch_size, "),
+        (ProducerConfig, "qqq", "key 'qqq'; known keys: acks, batch_size, "),
     ],
 )
 def test_unknown_options_name_the_closest_known_one(config, key: str, message: str) -> None:

@@ -13,8 +13,8 @@ from raystream.errors import InvalidConfigError
 @pytest.mark.parametrize(
     ("key", "message"),
     [
-        ("bootstrap_servers", "option 'bootstrap_servers': a raystream client reaches"),
-        ("request_timeout_ms", "option 'request_timeout_ms': Admin takes no options"),
+        ("bootstrap_servers", "key 'bootstrap_servers': a raystream client reaches"),
+        ("request_timeout_ms", "key 'request_timeout_ms': Admin takes no options"),
     ],
 )
 def test_an_unknown_admin_option_is_refused_by_name(key: str, message: str) -> None:

@@ -145,11 +145,11 @@ def test_bad_options_are_refused_naming_key_and_value(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"linger": 5}, "option 'linger' (did you mean 'linger_ms'?)"),
-        ({"lingr.ms": 5}, "option 'lingr.ms' (did you mean 'linger.ms'?)"),
+        ({"linger": 5}, "key 'linger' (did you mean 'linger_ms'?)"),
+        ({"lingr.ms": 5}, "key 'lingr.ms' (did you mean 'linger.ms'?)"),
         ({"compresion_type": "lz4"}, "did you mean 'compression_type'?"),
         ({"bootstrap_servers": "localhost:9092"}, "'bootstrap_servers': a raystream client"),
-        ({"zzz": 1}, "option 'zzz'; known options: acks, batch_size"),
+        ({"zzz": 1}, "key 'zzz'; known keys: acks, batch_size"),
     ],
 )
 def test_an_unknown_option_is_refused_by_name_with_the_closest_one(
