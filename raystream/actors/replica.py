@@ -1035,6 +1035,36 @@ class PartitionReplica:
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
 
+    async def delete_records(self, offset: int) -> Result:
+        """Kafka's DeleteRecords, on the leader: advance the log start offset to
+        ``offset`` (-1: the high watermark), so records below it are no longer served
+        and whole segments below it are deleted. Refused above the high watermark (a
+        record not yet committed cannot be deleted). Answers the new log start offset;
+        an offset at or below the current one changes nothing."""
+        self._start()
+        try:
+            if not isinstance(offset, int) or isinstance(offset, bool) or offset < -1:
+                raise InvalidRequestError(
+                    f"delete_records offset {offset!r} must be -1 (the high watermark) or >= 0"
+                )
+            self._require_leader()
+            high_watermark = self.known_high_watermark
+            if high_watermark < 0:
+                raise LeaderNotAvailableError(
+                    f"{self.topic}-{self.partition}: the new leader's high watermark is "
+                    "not established yet"
+                )
+            target = high_watermark if offset == -1 else offset
+            if target > high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"delete_records offset {target} of {self.topic}-{self.partition} is "
+                    f"above its high watermark {high_watermark}"
+                )
+            start = await asyncio.to_thread(self.log.delete_records_before, target)
+            return Result(value=start)
+        except Exception as error:
+            return failure(error)
+
 
 def _check_producer_fields(producer_id: int, producer_epoch: int, base_sequence: int) -> None:
     """Refuse malformed idempotence fields (InvalidRequestError naming the value)."""

@@ -8,21 +8,23 @@ printed as one line naming what was wrong, with exit status 1.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from raystream.errors import InvalidConfigError, RaystreamError
+from raystream.cli import manage, records
+from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
 EXIT_ERROR = 1
+CONNECT_TIMEOUT_S = 10.0
 
 
-def parse_config(pairs: Sequence[str] | None) -> dict[str, str]:
-    """``["k=v", ...]`` from ``--config`` into a dict.
+def parse_config(pairs: Sequence[str] | None, option: str = "--config") -> dict[str, str]:
+    """``["k=v", ...]`` from ``--config`` (or another ``option``) into a dict.
 
     Raises:
         InvalidConfigError: an item has no ``=``.
@@ -31,9 +33,15 @@ def parse_config(pairs: Sequence[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InvalidConfigError(f"--config {pair!r} is not of the form key=value")
+            raise InvalidConfigError(f"{option} {pair!r} is not of the form key=value")
         config[key.strip()] = value.strip()
     return config
+
+
+def _output_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--output", choices=["text", "json"], default="text", help="text (default) or json"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--address", default=None, help="Ray address (default: local cluster)")
     parser.add_argument("--namespace", default="raystream", help="raystream cluster namespace")
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT_S,
+        help=f"seconds to reach the cluster before giving up (default {CONNECT_TIMEOUT_S:g})",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     up = commands.add_parser("up", help="start raystream (and a local Ray if none runs)")
@@ -53,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray started here")
     down = commands.add_parser("down", help="stop raystream's actors; data stays on disk")
     down.add_argument("--stop-ray", action="store_true", help="also stop the local Ray (ray stop)")
-    commands.add_parser("status", help="nodes, topics, partitions and warnings")
+    _output_option(commands.add_parser("status", help="nodes, topics, partitions and warnings"))
 
     topics = commands.add_parser("topics", help="manage topics").add_subparsers(
         dest="action", required=True
@@ -63,42 +77,112 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=None)
     create.add_argument("--config", action="append", help="topic config key=value")
-    topics.add_parser("list", help="list topics")
+    _output_option(topics.add_parser("list", help="list topics"))
     describe = topics.add_parser("describe", help="describe a topic")
     describe.add_argument("name")
+    _output_option(describe)
     delete = topics.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     alter = topics.add_parser("alter", help="add partitions or change config")
     alter.add_argument("name")
     alter.add_argument("--partitions", type=int, default=None)
     alter.add_argument("--config", action="append", help="topic config key=value")
+    delete_records = topics.add_parser(
+        "delete-records", help="delete the records below an offset (advance the log start)"
+    )
+    delete_records.add_argument("name")
+    delete_records.add_argument(
+        "--offset", type=int, required=True, help="first offset kept; -1: the high watermark"
+    )
+    delete_records.add_argument(
+        "--partition", type=int, action="append", help="partition (repeatable; default: all)"
+    )
 
     produce = commands.add_parser("produce", help="produce lines from stdin")
     produce.add_argument("topic")
     produce.add_argument("--key-separator", default=None, help="split each line into key, value")
+    produce.add_argument(
+        "--allow-keyless",
+        action="store_true",
+        help="with --key-separator, send a line without it keyless instead of refusing it",
+    )
+    produce.add_argument("--header", action="append", help="header key=value on every record")
+    produce.add_argument(
+        "--parse-headers",
+        action="store_true",
+        help="each line starts with headers k1:v1,k2:v2 then --headers-delimiter",
+    )
+    produce.add_argument("--headers-delimiter", default="\t", help="default: a tab")
+    produce.add_argument("--acks", default="all", help="0, 1 or all (default all)")
+    produce.add_argument("--partition", type=int, default=None, help="send to this partition")
     consume = commands.add_parser("consume", help="print records")
     consume.add_argument("topic")
     consume.add_argument("--group", default=None)
     consume.add_argument("--from-beginning", action="store_true")
     consume.add_argument("--max-messages", type=int, default=None)
     consume.add_argument("--timeout-ms", type=int, default=None, help="stop after this idle time")
+    consume.add_argument("--partition", type=int, default=None, help="read this partition alone")
+    consume.add_argument(
+        "--offset", default=None, help="with --partition: earliest, latest or an offset"
+    )
+    consume.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+    )
+    consume.add_argument(
+        "--property",
+        action="append",
+        help="print.key|print.partition|print.offset|print.timestamp|print.headers|"
+        "print.value=true|false, key.separator=SEP, null.literal=TEXT (repeatable)",
+    )
 
     groups = commands.add_parser("groups", help="consumer groups").add_subparsers(
         dest="action", required=True
     )
-    groups.add_parser("list")
+    _output_option(groups.add_parser("list"))
     group_describe = groups.add_parser("describe")
     group_describe.add_argument("group")
-    reset = groups.add_parser("reset-offsets")
+    _output_option(group_describe)
+    reset = groups.add_parser(
+        "reset-offsets", help="show new committed offsets; set them with --execute"
+    )
     reset.add_argument("group")
-    reset.add_argument("--topic", required=True)
+    scope = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--topic")
+    scope.add_argument(
+        "--all-topics", action="store_true", help="every topic the group has offsets for"
+    )
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true")
     target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-current", action="store_true")
     target.add_argument("--to-offset", type=int)
+    target.add_argument("--shift-by", type=int, help="move the committed offsets by N (+/-)")
     target.add_argument(
         "--to-datetime", help="ISO 8601, e.g. 2026-11-21T09:00:00 (local time unless it has a zone)"
     )
+    reset.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
+    _output_option(reset)
+
+    election = commands.add_parser(
+        "leader-election", help="give partitions back to their preferred leader"
+    )
+    election.add_argument("--election-type", choices=["preferred"], default="preferred")
+    which = election.add_mutually_exclusive_group(required=True)
+    which.add_argument("--topic", action="append", help="topic (repeatable)")
+    which.add_argument("--all-topic-partitions", action="store_true")
+    _output_option(election)
+    reassign = commands.add_parser(
+        "reassign-partitions", help="move partitions' replicas onto other Ray nodes"
+    )
+    reassign.add_argument(
+        "--reassignment-json-file",
+        required=True,
+        help='{"partitions": [{"topic": T, "partition": P, "replicas": [node ids]}]}; - for stdin',
+    )
+    reassign.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
+    _output_option(reassign)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -107,7 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``raystream`` console script; returns the exit status."""
+    """Entry point of the ``raystream`` console script; returns the exit status.
+
+    A reader that goes away (``raystream consume ... | head``) ends the command
+    quietly with status 0, as a pipe's end is the normal end of such a command.
+    """
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
@@ -120,19 +208,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RaystreamError as error:
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # Python would report the broken pipe again when it flushes stdout at exit:
+        # point stdout at /dev/null so the end stays quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         return 130
 
 
 def _attach(args: argparse.Namespace) -> Any:
+    """The running cluster, or a RaystreamError saying why not within the timeout."""
     import ray
 
     from raystream.actors import CONTROLLER_NAME
     from raystream.client.cluster import Cluster
+    from raystream.client.transport import wait_result
 
     if not ray.is_initialized():
+        address = _check_reachable(args.address, args.connect_timeout)
         try:
-            ray.init(address=args.address or "auto", logging_level="error", log_to_driver=False)
+            ray.init(address=address, logging_level="error", log_to_driver=False)
         except ConnectionError:
             raise RaystreamError(
                 "no running Ray cluster found; start one with `raystream up`"
@@ -143,8 +240,45 @@ def _attach(args: argparse.Namespace) -> Any:
         raise RaystreamError(
             f"no raystream cluster in namespace {args.namespace!r}; start it with `raystream up`"
         ) from None
-    data_dir = ray.get(controller.broker_config.remote())["data.dir"]
-    return Cluster(args.namespace, data_dir, controller)
+    config = wait_result(
+        controller.broker_config.remote(), args.connect_timeout, "the raystream controller"
+    )
+    return Cluster(args.namespace, config["data.dir"], controller)
+
+
+def _check_reachable(address: str | None, timeout_s: float) -> str:
+    """The Ray address to attach to, once something listens there.
+
+    Ray's own connect retries for minutes against an address where nothing listens;
+    a TCP connect with ``timeout_s`` says so at once. "auto" (the default) is the
+    cluster ``ray start`` / ``raystream up`` recorded on this machine.
+
+    Raises:
+        BrokerNotAvailableError: nothing accepts connections there within ``timeout_s``.
+        RaystreamError: no running Ray cluster is recorded on this machine.
+    """
+    address = address or "auto"
+    target = address.removeprefix("ray://")
+    if target == "auto":
+        from ray._private.services import canonicalize_bootstrap_address_or_die
+
+        try:
+            target = canonicalize_bootstrap_address_or_die("auto")
+        except ConnectionError:
+            raise RaystreamError(
+                "no running Ray cluster found; start one with `raystream up`"
+            ) from None
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidConfigError(f"--address {address!r} is not of the form host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise BrokerNotAvailableError(
+            f"cannot reach the Ray cluster at {target} within {timeout_s:g} s ({error}); "
+            "is it running? (`raystream up` starts one here)"
+        ) from None
+    return address
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -164,6 +298,8 @@ def _up(args: argparse.Namespace) -> int:
     data_dir = args.data_dir or _remembered_data_dir(args.namespace)
     BrokerConfig.from_kafka(broker_config)  # raises InvalidConfigError naming the item
     address = args.address
+    if address is not None and not ray.is_initialized():
+        _check_reachable(address, args.connect_timeout)
     if address is None and not ray.is_initialized():
         try:
             ray.init(address="auto", logging_level="error", log_to_driver=False)
@@ -223,149 +359,15 @@ def _down(args: argparse.Namespace, cluster: Any) -> int:
     return 0
 
 
-def _status(args: argparse.Namespace, cluster: Any) -> int:
-    status = cluster.status()
-    print(f"namespace:   {status['namespace']}")
-    print(f"data dir:    {status['data_dir']}")
-    print(f"nodes:       {len(status['nodes'])}")
-    print(
-        f"topics:      {status['topics']} ({status['partitions']} partitions, "
-        f"{status['replicas']} replicas)"
-    )
-    admin = cluster.admin()
-    for name in admin.list_topics():
-        _print_topic(admin.describe_topic(name), brief=True)
-    if status["offline_partitions"]:
-        print("OFFLINE partitions: " + ", ".join(status["offline_partitions"]))
-    if status["under_replicated_partitions"]:
-        print("under-replicated: " + ", ".join(status["under_replicated_partitions"]))
-    if status["partitions_not_spread"]:
-        print("warning: replicas sharing a node: " + ", ".join(status["partitions_not_spread"]))
-    return 0
-
-
-def _print_topic(description: Any, brief: bool = False) -> None:
-    print(f"topic {description.name} ({len(description.partitions)} partitions)")
-    if not brief:
-        overrides = {k: v for k, v in description.config.items()}
-        print("  config: " + json.dumps(overrides, sort_keys=True))
-        if description.schema is not None:
-            print("  schema: " + ", ".join(f"{f.name}: {f.type}" for f in description.schema))
-    for p in description.partitions:
-        print(
-            f"  partition {p.partition}: leader {p.leader} replicas {p.replicas} isr {p.isr} "
-            f"epoch {p.leader_epoch} log start {p.log_start_offset} "
-            f"high watermark {p.high_watermark} log end {p.log_end_offset}"
-        )
-
-
-def _topics(args: argparse.Namespace, cluster: Any) -> int:
-    admin = cluster.admin()
-    if args.action == "create":
-        description = admin.create_topic(
-            args.name, args.partitions, args.replication_factor, parse_config(args.config)
-        )
-        print(f"created topic {description.name} with {len(description.partitions)} partitions")
-    elif args.action == "list":
-        for name in admin.list_topics():
-            print(name)
-    elif args.action == "describe":
-        _print_topic(admin.describe_topic(args.name))
-    elif args.action == "delete":
-        admin.delete_topic(args.name)
-        print(f"deleted topic {args.name}")
-    elif args.action == "alter":
-        if args.partitions is None and not args.config:
-            raise InvalidConfigError("topics alter needs --partitions and/or --config")
-        if args.partitions is not None:
-            admin.create_partitions(args.name, args.partitions)
-        if args.config:
-            admin.alter_topic_config(args.name, parse_config(args.config))
-        _print_topic(admin.describe_topic(args.name))
-    return 0
-
-
-def _produce(args: argparse.Namespace, cluster: Any) -> int:
-    count = 0
-    with cluster.producer(acks="all") as producer:
-        for line in sys.stdin:
-            line = line.rstrip("\n")
-            key = None
-            if args.key_separator:
-                key_text, sep, line = line.partition(args.key_separator)
-                if not sep:
-                    key_text, line = "", key_text
-                key = key_text.encode() if sep else None
-            producer.send(args.topic, value=line.encode(), key=key)
-            count += 1
-        producer.flush()
-    print(f"produced {count} records to {args.topic}", file=sys.stderr)
-    return 0
-
-
-def _consume(args: argparse.Namespace, cluster: Any) -> int:
-    reset = "earliest" if args.from_beginning else "latest"
-    timeout = args.timeout_ms if args.timeout_ms is not None else float("inf")
-    consumer = cluster.consumer(
-        args.topic, group_id=args.group, auto_offset_reset=reset, consumer_timeout_ms=timeout
-    )
-    count = 0
-    try:
-        for record in consumer:
-            value = record.value
-            if isinstance(value, bytes):
-                value = value.decode(errors="replace")
-            print(value, flush=True)
-            count += 1
-            if args.max_messages is not None and count >= args.max_messages:
-                break
-    finally:
-        consumer.close()
-    return 0
-
-
-def _groups(args: argparse.Namespace, cluster: Any) -> int:
-    admin = cluster.admin()
-    if args.action == "list":
-        for group in admin.list_groups():
-            print(group)
-    elif args.action == "describe":
-        d = admin.describe_group(args.group)
-        protocol = f", strategy {d.protocol}" if d.protocol else ""
-        print(f"group {d.group_id}: {d.state}, generation {d.generation}{protocol}")
-        owner = {tp: m for m, tps in d.members.items() for tp in tps}
-        print(f"{'PARTITION':<32} {'OFFSET':>12} {'LAG':>10}  MEMBER")
-        for tp in sorted(set(d.offsets) | set(owner)):
-            offset = d.offsets.get(tp, "-")
-            lag = d.lag.get(tp, "-")
-            name = f"{tp.topic}-{tp.partition}"
-            print(f"{name:<32} {offset:>12} {lag:>10}  {owner.get(tp, '-')}")
-        idle = [m for m, tps in d.members.items() if not tps]
-        for member in idle:
-            print(f"{'(idle)':<32} {'':>12} {'':>10}  {member}")
-    else:
-        if args.to_datetime is not None:
-            try:
-                to = datetime.datetime.fromisoformat(args.to_datetime)
-            except ValueError:
-                print(f"error: --to-datetime {args.to_datetime!r} is not ISO 8601", file=sys.stderr)
-                return EXIT_ERROR
-        else:
-            to = "earliest" if args.to_earliest else "latest" if args.to_latest else args.to_offset
-        offsets = admin.reset_offsets(args.group, args.topic, to)
-        print(f"reset offsets of group {args.group} on {args.topic} to {to}:")
-        for tp, offset in sorted(offsets.items()):
-            print(f"  {tp.topic}-{tp.partition}: {offset}")
-    return 0
-
-
 _COMMANDS = {
     "down": _down,
-    "status": _status,
-    "topics": _topics,
-    "produce": _produce,
-    "consume": _consume,
-    "groups": _groups,
+    "status": manage.status,
+    "topics": manage.topics,
+    "produce": records.produce,
+    "consume": records.consume,
+    "groups": manage.groups,
+    "leader-election": manage.leader_election,
+    "reassign-partitions": manage.reassign_partitions,
 }
 
 

@@ -9,18 +9,23 @@ consumer group of Ray actors (``rs.ConsumerGroup``) that forwards each order to 
 acknowledged order arrived, in order per customer, and was processed, prints
 revenue per category, and ends with the same analytics as a Spark SQL job on the same
 Ray (through RayDP), its result written to a topic and read back. Data goes to a
-temporary directory, removed at the end.
+temporary directory, removed at the end; the output of Ray, Spark and the JVM goes to a
+log file beside it, which the demo names and keeps, so the terminal shows the demo's
+own lines only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import shutil
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,13 +65,67 @@ def _step(text: str) -> float:
 
 
 def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
-    """Run the demo; returns the exit status (0 when every check passed)."""
+    """Run the demo; returns the exit status (0 when every check passed).
+
+    Only the demo's own lines reach the terminal: everything else this process and its
+    children write (Ray's and the JVM's log lines, warnings) goes to a log file next to
+    the data, named at the start and kept at the end.
+    """
+    workspace = tempfile.mkdtemp(prefix="raystream-demo-")
+    data_dir = os.path.join(workspace, "data")
+    log_path = os.path.join(workspace, "demo.log")
+    print(f"==> the demo's log (Ray, Spark and Java output): {log_path}", flush=True)
+    try:
+        with story_only(log_path):
+            return _run(orders, partitions, data_dir)
+    except BaseException:
+        print(f"the demo failed; its log is {log_path}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        print(f"log kept in {log_path}", flush=True)
+
+
+@contextlib.contextmanager
+def story_only(log_path: str) -> Iterator[None]:
+    """Send file descriptors 1 and 2 to ``log_path`` for the duration, and keep
+    ``sys.stdout`` on the terminal.
+
+    Ray's C++ core and the raylet it starts, the Spark JVM (a child process that
+    inherits the descriptors) and Python's warnings and loggers all write to fd 1 or
+    2, or to ``sys.stderr``; only ``print`` to ``sys.stdout`` still reaches the
+    original standard output. Everything is put back on exit, exceptions included.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    story = open(os.dup(saved_out), "w", buffering=1, encoding="utf-8")  # noqa: SIM115
+    log = open(os.dup(log_fd), "w", buffering=1, encoding="utf-8")  # noqa: SIM115
+    old_stdout, old_stderr = sys.stdout, sys.stderr
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout, sys.stderr = story, log
+    try:
+        yield
+    finally:
+        story.flush()
+        log.flush()
+        sys.stdout, sys.stderr = old_stdout, old_stderr
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        for fd in (saved_out, saved_err, log_fd):
+            os.close(fd)
+        story.close()
+        log.close()
+
+
+def _run(orders: int, partitions: int, data_dir: str) -> int:
     import ray
 
     import raystream as rs
     from raystream.java import provide_java
 
-    data_dir = tempfile.mkdtemp(prefix="raystream-demo-")
     started = _step("starting an embedded local cluster (Ray in this process)")
     provide_java()  # Ray gives its node Java workers (for Spark) only if Java is there now
     ray.init(
@@ -180,7 +239,6 @@ def run_demo(orders: int = 200_000, partitions: int = 3) -> int:
         return 0 if complete and in_order and all_processed and spark_ok else 1
     finally:
         ray.shutdown()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 PROCESSED_SCHEMA = pa.schema(

@@ -8,14 +8,22 @@ with an error code that becomes one of :mod:`raystream.errors`.
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Any
 
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
+from raystream.client.transport import call, outcome
 from raystream.config import unknown_option
-from raystream.errors import InvalidConfigError, InvalidRequestError, PartitionOutOfRangeError
+from raystream.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    PartitionOutOfRangeError,
+    RaystreamError,
+)
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
@@ -207,3 +215,43 @@ class Admin:
 
     def close(self) -> None:
         """Nothing to release; kept for kafka-python compatibility."""
+
+    def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int = 30_000
+    ) -> dict[TopicPartition, int]:
+        """Delete the records of each partition below the given offset (Kafka's
+        DeleteRecords): its log start offset moves there, so they are never served
+        again and whole segments below it free their disk. -1 means the high watermark.
+
+        Returns each partition's new log start offset (Kafka's low watermark). A leader
+        that moves or restarts is found again until ``timeout_ms`` has passed.
+
+        Raises:
+            OffsetOutOfRangeError: an offset is above the partition's high watermark.
+            UnknownTopicOrPartitionError: no such topic or partition.
+            InvalidRequestError: an offset below -1 or not an integer.
+            RaystreamTimeoutError: a partition's leader did not answer within the time.
+        """
+        deadline = time.monotonic() + timeout_ms / 1000
+        result: dict[TopicPartition, int] = {}
+        for tp, offset in offsets.items():
+            while True:
+                # A partition that does not exist fails here, without a retry.
+                leader = self.cluster.require_partition(tp.topic, tp.partition).leader_handle
+                try:
+                    if leader is None:
+                        raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
+                    remaining = max(deadline - time.monotonic(), 0.001)
+                    answer = outcome(
+                        call(leader, "delete_records", offset),
+                        remaining,
+                        f"delete_records of {tp.topic}-{tp.partition}",
+                    )
+                    result[tp] = answer.unwrap()
+                    break
+                except RaystreamError as error:
+                    if not error.retriable or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.1)
+                    self.cluster.forget(tp.topic)
+        return result
