@@ -37,9 +37,9 @@ import raystream as rs
 from benchmarks import harness, page_cache, peers
 from benchmarks.bench_clients import end_to_end
 from raystream.client.sender import encode_records
-from raystream.client.transport import call, outcome
 from raystream.log.batch import BatchEncoder
 from raystream.records import build_batch
+from raystream.transport import call, outcome
 from raystream.types import TopicPartition
 
 VALUE = b"v" * 100

@@ -147,6 +147,10 @@ class BrokerConfig(KafkaConfig):
             replica's machine), ``node`` (the Ray node's address, for clients on other
             nodes), another address, or empty to send every call through Ray. A client
             that cannot reach the address uses Ray calls.
+        max_replicas_per_node: most replicas (each an actor process) one node holds;
+            topic creations and partition additions beyond it are refused up front. 0
+            (the default) derives it from each node's memory (about 128 MiB per
+            replica: see :func:`raystream.controller.placement.replica_limits`).
     """
 
     data_dir: str = ""
@@ -163,8 +167,16 @@ class BrokerConfig(KafkaConfig):
     transaction_state_log_replication_factor: int = 3
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 1000
     listener_host: str = "127.0.0.1"
+    max_replicas_per_node: int = 0
 
     def __post_init__(self) -> None:
+        require(
+            self.max_replicas_per_node >= 0,
+            "broker config",
+            "max_replicas_per_node",
+            self.max_replicas_per_node,
+            "must be >= 0 (0: derived from node memory)",
+        )
         for name in (
             "default_replication_factor",
             "min_insync_replicas",

@@ -3,16 +3,23 @@
 Each test gets its own raystream namespace and data directory on the session's Ray, so
 tests are isolated without paying for a Ray start each. A test that needs a fresh Ray
 cluster (several nodes, node loss) starts its own and says so.
+
+Tests that wait or inject faults use the helpers here (as fixtures: ``wait_until``,
+``holds_for``, ``chaos``): a wait is on a condition with a deadline and says what it
+awaited; a fault is recorded (what, which actor or node, its process, when) and checked
+against Ray's own word that it happened, so a chaos test cannot pass without chaos.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -151,3 +158,447 @@ def read_topic(cluster: Any, topic: str, isolation: str, partitions: int = 1) ->
 def read_all() -> Callable[..., list[Any]]:
     """``read_all(cluster, topic, isolation, partitions=1)`` -> every readable value."""
     return read_topic
+
+
+# ------------------------------------------------------------------ waiting and chaos
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T],
+    timeout_s: float,
+    what: str,
+    *,
+    interval_s: float = 0.05,
+    retry_on: tuple[type[BaseException], ...] = (),
+    detail: Callable[[], Any] | None = None,
+) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that.
+
+    The way a test synchronizes: wait for the thing itself, with a deadline, never for
+    a guessed time. Errors of the types in ``retry_on`` count as "not yet" (a
+    controller restarting, say); any other error propagates at once.
+
+    Raises:
+        AssertionError: ``timeout_s`` passed first. The message names what was
+            awaited, the last value or error seen and, when given, ``detail()``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = condition()
+        except retry_on as error:
+            last: Any = error
+        else:
+            if value:
+                return value
+            last = value
+        if time.monotonic() >= deadline:
+            extra = f"; {detail()}" if detail is not None else ""
+            raise AssertionError(
+                f"timed out after {timeout_s} s waiting for {what} (last: {last!r}{extra})"
+            )
+        time.sleep(interval_s)
+
+
+def holds_for(
+    condition: Callable[[], Any],
+    duration_s: float,
+    what: str,
+    *,
+    interval_s: float = 0.1,
+    min_samples: int = 3,
+) -> int:
+    """Check that ``condition`` stays true for ``duration_s``; return how often it was
+    sampled.
+
+    For claims that something does not happen (a partition stays offline, an idle
+    producer is not fenced): the window is the claim, not synchronization, so it is
+    sampled throughout and fails at the first false sample, not only at its end.
+
+    Raises:
+        AssertionError: a sample was false (the message says when in the window), or
+            fewer than ``min_samples`` were taken (a stalled sampler proves nothing).
+    """
+    start = time.monotonic()
+    end = start + duration_s
+    samples = 0
+    while True:
+        value = condition()
+        samples += 1
+        now = time.monotonic()
+        assert value, (
+            f"{what} broke {now - start:.2f} s into its {duration_s} s window "
+            f"(sample {samples}: {value!r})"
+        )
+        if now >= end:
+            break
+        time.sleep(min(interval_s, end - now))
+    assert samples >= min_samples, (
+        f"{what}: only {samples} samples in {duration_s} s (wanted {min_samples})"
+    )
+    return samples
+
+
+def actor_info(handle: Any) -> dict[str, Any]:
+    """Ray's actor-table entry for ``handle``: ``State``, ``NumRestarts``, ``Pid``, ...
+
+    Read from the GCS through ``ray._private.state`` (as raystream's liveness check
+    does): the public ``ray.util.state`` needs the dashboard, which the test Rays do not
+    start, and with several Rays on the machine it may ask another one.
+    """
+    from ray._private import state
+
+    actor_id = handle._actor_id.hex()
+    info = state.actors(actor_id=actor_id)
+    assert info, f"Ray does not know actor {actor_id}"
+    return info
+
+
+def node_alive(node_id: str) -> bool:
+    """Whether Ray's node table lists ``node_id`` as alive."""
+    import ray
+
+    return any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+
+
+@dataclasses.dataclass
+class Kill:
+    """An actor a test killed: which one, its process, Ray's restart count before the
+    kill, whether Ray may restart it, when (``time.monotonic()``) the kill was sent, and
+    when Ray was first seen to report it (an upper bound of the moment it died)."""
+
+    what: str
+    actor_id: str
+    pid: int
+    restarts_before: int
+    restart: bool
+    at: float
+    confirmed_at: float | None = None
+
+
+@dataclasses.dataclass
+class NodeLoss:
+    """A Ray node a test removed, when, and when Ray was first seen to report it dead."""
+
+    what: str
+    node_id: str
+    at: float
+    confirmed_at: float | None = None
+
+
+class Chaos:
+    """The faults one test injects, recorded, and the checks that they happened.
+
+    A chaos test injects its faults through this object (``kill_actor``,
+    ``remove_node``; fault loops run on a thread with ``background``) and ends with
+    ``verify``, which fails unless the faults were made, no fault loop failed, and Ray
+    confirms each one: a killed actor came back in a new process (or is dead for good
+    when killed without restart), a removed node is gone. ``confirm`` and
+    ``assert_around`` let the test show that it observed its workload both before the
+    first fault and after the last one took effect, not only before.
+
+    Thread-safe: fault loops on other threads record here too. Fault loops should wait
+    with ``stopping.wait(...)`` so that the test's end stops them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.kills: list[Kill] = []
+        self.node_losses: list[NodeLoss] = []
+        self.errors: list[BaseException] = []
+        self.stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    @staticmethod
+    def actor_info(handle: Any) -> dict[str, Any]:
+        """:func:`actor_info`: Ray's actor-table entry for ``handle``."""
+        return actor_info(handle)
+
+    @property
+    def faults(self) -> list[Kill | NodeLoss]:
+        """Every fault so far, in the order they were made."""
+        with self._lock:
+            return sorted([*self.kills, *self.node_losses], key=lambda f: f.at)
+
+    def kill_actor(self, handle: Any, what: str, *, restart: bool = True) -> Kill:
+        """Kill ``handle``'s process as a crash would (``ray.kill``); Ray restarts the
+        actor when ``restart`` and its options allow. The actor must be alive: killing
+        one that is still restarting from an earlier kill would be no new fault."""
+        import ray
+
+        info = actor_info(handle)
+        assert info["State"] == "ALIVE", f"{what}: not alive to be killed: {info['State']}"
+        at = time.monotonic()
+        ray.kill(handle, no_restart=not restart)
+        kill = Kill(what, info["ActorID"], info["Pid"], info["NumRestarts"], restart, at)
+        with self._lock:
+            self.kills.append(kill)
+        self._stamp_when_reported(kill)
+        return kill
+
+    def remove_node(self, ray_nodes: Any, node_id: str, what: str) -> NodeLoss:
+        """Remove a node of a ``ray.cluster_utils.Cluster`` (its raylet and every
+        process on it end)."""
+        (node,) = [n for n in ray_nodes.list_all_nodes() if n.node_id == node_id]
+        at = time.monotonic()
+        ray_nodes.remove_node(node)
+        loss = NodeLoss(what, node_id, at)
+        with self._lock:
+            self.node_losses.append(loss)
+        self._stamp_when_reported(loss)
+        return loss
+
+    def _stamp_when_reported(self, fault: Kill | NodeLoss, timeout_s: float = 120) -> None:
+        """Set ``fault.confirmed_at`` as soon as Ray reports the fault, from a thread, so
+        the stamp is close to the fault whenever the test asks (``confirm``)."""
+
+        def watch() -> None:
+            deadline = time.monotonic() + timeout_s
+            while not self.stopping.is_set() and time.monotonic() < deadline:
+                with contextlib.suppress(Exception):  # a GCS hiccup: the next poll asks again
+                    if self._happened(fault):
+                        fault.confirmed_at = time.monotonic()
+                        return
+                time.sleep(0.02)
+
+        threading.Thread(target=watch, name=f"confirm-{fault.what}", daemon=True).start()
+
+    def background(self, loop: Callable[[], None], name: str) -> threading.Thread:
+        """Run a fault loop on a thread; its error, if any, is recorded (``verify``
+        raises it), never swallowed."""
+
+        def run() -> None:
+            try:
+                loop()
+            except BaseException as error:
+                with self._lock:
+                    self.errors.append(error)
+
+        thread = threading.Thread(target=run, name=f"chaos-{name}", daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+        return thread
+
+    @property
+    def running(self) -> bool:
+        """Whether a fault loop is still running."""
+        with self._lock:
+            return any(t.is_alive() for t in self._threads)
+
+    def join(self, timeout_s: float = 60) -> None:
+        """Wait for the fault loops to end; fail if one is still running."""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(deadline - time.monotonic(), 0))
+            assert not thread.is_alive(), f"fault loop {thread.name} still runs after {timeout_s} s"
+
+    def confirm(self, timeout_s: float = 60) -> float:
+        """Wait until Ray reports every fault made so far (a killed actor's process
+        gone: Ray counted a restart or marked it dead; a removed node dead) and return
+        the time by which all were reported: everything after it came after the faults.
+
+        Raises:
+            AssertionError: no fault was made, or Ray did not report one in time.
+        """
+        faults = self.faults
+        assert faults, "no fault was injected"
+        for fault in faults:
+            wait_until(
+                lambda fault=fault: fault.confirmed_at is not None,
+                timeout_s,
+                f"Ray to report the fault {fault}",
+                interval_s=0.02,
+            )
+        return max(f.confirmed_at for f in faults if f.confirmed_at is not None)
+
+    @staticmethod
+    def _happened(fault: Kill | NodeLoss) -> bool:
+        if isinstance(fault, NodeLoss):
+            return not node_alive(fault.node_id)
+        from ray._private import state
+
+        info = state.actors(actor_id=fault.actor_id)
+        return info["NumRestarts"] > fault.restarts_before or info["State"] == "DEAD"
+
+    @staticmethod
+    def _back(kill: Kill) -> bool:
+        from ray._private import state
+
+        info = state.actors(actor_id=kill.actor_id)
+        return info["State"] == "ALIVE" and info["Pid"] != kill.pid
+
+    def verify(self, min_faults: int = 1, timeout_s: float = 60) -> list[Kill | NodeLoss]:
+        """Fail unless the test's faults happened; return them.
+
+        Checks that the fault loops ended without error, that at least ``min_faults``
+        faults were made, that Ray reported each, and that each killed actor is back
+        alive in a new process (restart) or dead for good (no restart).
+        """
+        from ray._private import state
+
+        self.join(timeout_s)
+        if self.errors:
+            raise AssertionError(
+                f"{len(self.errors)} fault loop(s) failed: {self.errors!r}"
+            ) from self.errors[0]
+        faults = self.faults
+        assert len(faults) >= min_faults, (
+            f"{len(faults)} faults injected, wanted at least {min_faults}: {faults}"
+        )
+        self.confirm(timeout_s)
+        for kill in self.kills:
+            if kill.restart:
+                wait_until(
+                    lambda kill=kill: self._back(kill),
+                    timeout_s,
+                    f"{kill.what} back in a new process (it was pid {kill.pid})",
+                    interval_s=0.05,
+                    detail=lambda kill=kill: state.actors(actor_id=kill.actor_id),
+                )
+            else:
+                assert state.actors(actor_id=kill.actor_id)["State"] == "DEAD", kill
+        return faults
+
+    def assert_around(self, times: Iterable[float], what: str) -> None:
+        """Fail unless some of ``times`` came before the first fault was made and some
+        after the last one was confirmed: the test saw ``what`` through the chaos, not
+        only before it."""
+        confirmed = self.confirm()
+        first = self.faults[0].at
+        times = list(times)
+        before = sum(t < first for t in times)
+        after = sum(t > confirmed for t in times)
+        assert before and after, (
+            f"{what}: {before} before the first fault and {after} after the last one was "
+            f"confirmed (of {len(times)}): the test did not see them through the chaos"
+        )
+
+    def close(self) -> None:
+        """Stop the fault loops (they watch ``stopping``) and wait a little for them."""
+        self.stopping.set()
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(10)
+
+
+class Watch:
+    """Samples ``probe()`` on a thread, as (time, value) pairs, to check a claim about
+    how something evolved through a test's faults (a high watermark never going back).
+
+    A probe returning None took no sample (nothing to read right now). An error the
+    probe raises is recorded with its time, not swallowed: ``stop`` names them when the
+    samples fall short, so a watch that never read anything cannot pass.
+    """
+
+    def __init__(self, probe: Callable[[], Any], what: str, interval_s: float = 0.1) -> None:
+        self.what = what
+        self.samples: list[tuple[float, Any]] = []
+        self.errors: list[tuple[float, BaseException]] = []
+        self._probe = probe
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{what}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                value = self._probe()
+            except Exception as error:  # recorded; stop() reports them
+                self.errors.append((time.monotonic(), error))
+            else:
+                if value is not None:
+                    self.samples.append((time.monotonic(), value))
+            self._stop.wait(self._interval_s)
+
+    def count(self, after: float = float("-inf"), before: float = float("inf")) -> int:
+        """How many samples were taken strictly between ``after`` and ``before``."""
+        return sum(after < t < before for t, _ in list(self.samples))
+
+    def stop(
+        self,
+        chaos: Chaos | None = None,
+        *,
+        min_before: int = 3,
+        min_after: int = 3,
+        timeout_s: float = 60,
+    ) -> list[Any]:
+        """Stop sampling once there are ``min_before`` samples before ``chaos``'s first
+        fault and ``min_after`` after its last one was confirmed (without ``chaos``:
+        ``min_before + min_after`` samples in all); return the sampled values in order.
+
+        Raises:
+            AssertionError: the samples did not come within ``timeout_s`` (the message
+                names the probe's errors), or the probe thread did not end.
+        """
+        try:
+            if chaos is None:
+                wanted = min_before + min_after
+                wait_until(
+                    lambda: self.count() >= wanted,
+                    timeout_s,
+                    f"{wanted} samples of {self.what}",
+                    detail=self._errors_seen,
+                )
+            else:
+                first, confirmed = chaos.faults[0].at, chaos.confirm()
+                wait_until(
+                    lambda: self.count(before=first) >= min_before
+                    and self.count(after=confirmed) >= min_after,
+                    timeout_s,
+                    f"{min_before} samples of {self.what} before the first fault and "
+                    f"{min_after} after the last",
+                    detail=lambda: f"{self.count(before=first)} before, "
+                    f"{self.count(after=confirmed)} after; {self._errors_seen()}",
+                )
+        finally:
+            self._stop.set()
+            self._thread.join(30)
+        assert not self._thread.is_alive(), f"the watch of {self.what} did not stop"
+        return [value for _, value in self.samples]
+
+    def _errors_seen(self) -> str:
+        errors = [e for _, e in list(self.errors)]
+        return f"{len(errors)} probe errors, e.g. {errors[:3]!r}"
+
+
+@pytest.fixture
+def chaos() -> Iterator[Chaos]:
+    """A fresh :class:`Chaos` for the test; its fault loops are stopped at the end."""
+    recorder = Chaos()
+    yield recorder
+    recorder.close()
+
+
+@pytest.fixture(name="wait_until")
+def wait_until_fixture() -> Callable[..., Any]:
+    """:func:`wait_until`, for tests (conftest modules are not imported by name)."""
+    return wait_until
+
+
+@pytest.fixture(name="holds_for")
+def holds_for_fixture() -> Callable[..., int]:
+    """:func:`holds_for`, for tests."""
+    return holds_for
+
+
+@pytest.fixture(name="watch")
+def watch_fixture() -> Iterator[Callable[..., Watch]]:
+    """``watch(probe, what, interval_s=0.1)`` -> a started :class:`Watch`; every watch
+    still sampling at the test's end is stopped."""
+    made: list[Watch] = []
+
+    def make(probe: Callable[[], Any], what: str, interval_s: float = 0.1) -> Watch:
+        made.append(Watch(probe, what, interval_s))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w._stop.set()
+        w._thread.join(30)

@@ -21,9 +21,10 @@ def test_ruff_check_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-RAY_USERS = ("actors/", "client/transport.py", "data/", "spark/", "cli/")
-"""Where raystream may import Ray (the style guide): the actors, the client's transport,
-the integrations and the command line; everything else is plain Python over handles."""
+RAY_USERS = ("actors/", "transport.py", "data/", "spark/", "cli/")
+"""Where raystream may import Ray (the style guide): the actors, the transport (the
+clients' and the actors' calls), the integrations and the command line; everything else
+is plain Python over handles."""
 
 
 def test_only_the_actors_transport_and_integrations_import_ray() -> None:

@@ -16,9 +16,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 import uuid
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -36,13 +39,21 @@ from raystream.config import BrokerConfig
 from raystream.controller.metadata import (
     PartitionState,
     TopicState,
+    check_not_internal,
     is_internal,
     validate_count,
     validate_topic_name,
 )
-from raystream.controller.placement import is_spread, place_replicas, rebind_restarted_nodes
+from raystream.controller.placement import (
+    check_capacity,
+    is_spread,
+    place_replicas,
+    rebind_restarted_nodes,
+    replica_limits,
+)
 from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
+    BrokerNotAvailableError,
     FencedLeaderEpochError,
     InvalidConfigError,
     InvalidPartitionsError,
@@ -67,6 +78,11 @@ METADATA_DIR = "__cluster_metadata-0"
 PRODUCER_ID_BLOCK_KEY = b"@producer-id-block"
 """Metadata-log key of the reserved producer-id block end ('@' is in no topic name)."""
 REPLICA_READY_TIMEOUT_S = 120
+"""How long a topic creation (or partition addition) waits for its replicas by default
+(Kafka's CreateTopics ``timeout_ms``) before it is rolled back."""
+ROLLBACK_WAIT_S = 10
+"""How long a rollback lets the replicas it removes delete their data, and then waits
+for Ray to free their names (so the topic can be created again at once)."""
 DATA_DIR_LOCK_WAIT_S = 10
 """How long a starting controller waits for the data directory's lock: a controller
 that Ray restarts may find its predecessor's process still exiting."""
@@ -88,6 +104,14 @@ def _ping_failed(ref: Any) -> bool:
     except Exception:
         return True
     return False
+
+
+def _cause(error: BaseException) -> str:
+    """The root cause of an actor's death, as its last ``...Error: ...`` line says
+    (Ray's message around it is a long traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    causes = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return (causes or lines or [type(error).__name__])[-1]
 
 
 def replica_actor_name(topic: str, partition: int, replica_id: int) -> str:
@@ -125,12 +149,35 @@ def node_hosts(alive_only: bool, nodes: list[dict[str, Any]] | None = None) -> d
     }
 
 
+@dataclass
+class _Creation:
+    """A topic creation (or partition addition) under way, which a retry joins.
+
+    Attributes:
+        request: what was asked ("create", partitions, replication factor, config
+            overrides, schema) or ("grow", total partitions); the same request again
+            (a client retrying after the controller restarted) waits for this one.
+        done: set once the creation is finished or rolled back.
+        error: why it failed (None when it succeeded).
+    """
+
+    request: tuple[Any, ...]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None
+
+
 class Controller:
     """Topic lifecycle, replica placement and metadata for one raystream cluster.
 
     Thread-safety: Ray runs calls on several threads (the actor has max_concurrency
-    > 1 so that a slow topic creation does not block metadata lookups); one lock
-    serializes every change of metadata.
+    > 1); one lock serializes every change of metadata and is never held while waiting
+    on replicas, so metadata lookups answer at once while a topic is being created.
+
+    Topic creation is atomic, as in KRaft: the intended topic is recorded in the
+    metadata log first (``TopicState.creating_from``), its replicas are started and
+    waited for without the lock, and only then is the topic recorded as created and
+    shown to clients; a creation that fails or times out is rolled back, and one that a
+    dying controller left half done is finished by its successor (or rolled back).
     """
 
     def __init__(self, namespace: str, broker: dict[str, Any]) -> None:
@@ -164,12 +211,16 @@ class Controller:
             if moved or any(r not in p.hosts for p in topic.partitions for r in p.nodes):
                 self._persist(topic.name, topic)
         for topic in self.topics.values():
-            self._start_replicas(topic, list(range(len(topic.partitions))))
+            self._start_replicas(topic, list(range(len(topic.visible_partitions()))))
+        self._creations: dict[str, _Creation] = {}
         self._stopping = threading.Event()
         self._monitor_thread = threading.Thread(
             target=self._monitor, name="raystream-controller-monitor", daemon=True
         )
         self._monitor_thread.start()
+        for topic in list(self.topics.values()):
+            if topic.creating_from is not None:
+                self._finish_in_background(topic)
 
     # --------------------------------------------------------------- metadata log
 
@@ -182,17 +233,28 @@ class Controller:
             table = self._log.read(offset, max_bytes=64 << 20)
             if not table.num_rows:
                 break
-            for key, value in zip(
-                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            for record_offset, key, value in zip(
+                table.column("offset").to_pylist(),
+                table.column("key").to_pylist(),
+                table.column("value").to_pylist(),
+                strict=True,
             ):
-                if key == PRODUCER_ID_BLOCK_KEY:
-                    producer_id_end = int(value)
-                    continue
-                name = key.decode()
-                if value is None:
-                    topics.pop(name, None)
-                else:
-                    topics[name] = TopicState.from_json(value.decode())
+                try:  # a record that does not decode is skipped, never in the way
+                    if key == PRODUCER_ID_BLOCK_KEY:
+                        producer_id_end = int(value)
+                        continue
+                    name = key.decode()
+                    if value is None:
+                        topics.pop(name, None)
+                    else:
+                        topics[name] = TopicState.from_json(value.decode())
+                except (AttributeError, KeyError, TypeError, ValueError) as error:
+                    logger.warning(
+                        "%s offset %d: skipped a record that does not decode: %r",
+                        METADATA_DIR,
+                        record_offset,
+                        error,
+                    )
             offset = table.column("offset")[-1].as_py() + 1
         return topics, producer_id_end
 
@@ -431,8 +493,13 @@ class Controller:
             self._stopping.wait(max(MONITOR_INTERVAL_S - (time.monotonic() - started), 0.05))
 
     def _monitor_once(self, strikes: dict[tuple[str, int, int], int]) -> None:
-        with self._lock:
-            handles = dict(self._handles)
+        with self._lock:  # partitions being created are their creation's to watch
+            handles = {
+                key: handle
+                for key, handle in self._handles.items()
+                if key[0] in self.topics
+                and key[1] < len(self.topics[key[0]].visible_partitions())
+            }
         nodes = set(alive_nodes())
         pings = {key: handle.ping.remote() for key, handle in handles.items()}
         if not pings:
@@ -469,7 +536,7 @@ class Controller:
         calls = []
         with self._lock:
             for topic in list(self.topics.values()):
-                for state in topic.partitions:
+                for state in topic.visible_partitions():
                     lost = {r for r in state.replicas if state.nodes.get(r) not in nodes}
                     # A replica created after this pass's pings counts as alive.
                     live = {
@@ -548,9 +615,9 @@ class Controller:
             calls = []
             nodes = set(alive_nodes())
             with self._lock:
-                for name in names if names is not None else list(self.topics):
+                for name in names if names is not None else self._visible_topics():
                     topic = self._topic(name)
-                    for state in topic.partitions:
+                    for state in topic.visible_partitions():
                         alive = {r for r in state.replicas if state.nodes.get(r) in nodes}
                         preferred = preferred_leader(state.replicas, state.isr, alive)
                         if preferred is None or state.leader == preferred:
@@ -590,22 +657,61 @@ class Controller:
         replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
         value_schema: bytes | None = None,
+        timeout_ms: int | None = None,
     ) -> Result:
-        """Create a topic and its replica actors; answers with its TopicMetadata."""
+        """Create a topic and its replica actors; answers with its TopicMetadata once
+        every replica serves.
+
+        The topic is created whole or not at all: it is recorded before its replicas
+        start, hidden from clients until they all serve, and rolled back (replicas and
+        record removed) when one fails or ``timeout_ms`` (default
+        REPLICA_READY_TIMEOUT_S) passes. The same request while it is under way (a
+        retry) waits for it instead of failing.
+        """
         try:
             validate_topic_name(name)
-            validate_count(partitions, "partitions")
-            if replication_factor is None:
-                replication_factor = self.broker.default_replication_factor
-            validate_count(replication_factor, "replication_factor")
-            overrides = self._validated_config(config or {})
-            if value_schema is not None:
-                pa.ipc.read_schema(pa.py_buffer(value_schema))
-            with self._lock:
-                if name in self.topics:
-                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            check_not_internal(name, "create")
+            return Result(
+                value=self._create_topic(
+                    name,
+                    partitions,
+                    replication_factor,
+                    config or {},
+                    value_schema,
+                    self._deadline(timeout_ms),
+                )
+            )
+        except Exception as error:
+            return failure(error)
+
+    def _create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        config: dict[str, Any],
+        value_schema: bytes | None,
+        deadline: float,
+    ) -> TopicMetadata:
+        validate_count(partitions, "partitions")
+        if replication_factor is None:
+            replication_factor = self.broker.default_replication_factor
+        validate_count(replication_factor, "replication_factor")
+        overrides = self._validated_config(config)
+        if value_schema is not None:
+            pa.ipc.read_schema(pa.py_buffer(value_schema))
+        request = ("create", partitions, replication_factor, overrides, value_schema)
+        with self._lock:
+            creation = self._creations.get(name)
+            if creation is not None and creation.request == request:
+                topic = None
+            elif name in self.topics:
+                being = " and is being created" if self.topics[name].creating_from == 0 else ""
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists{being}")
+            else:
                 nodes = alive_nodes()
                 placement = place_replicas(nodes, partitions, replication_factor, len(self.topics))
+                self._check_capacity(name, placement)
                 topic = TopicState(
                     name=name,
                     topic_id=uuid.uuid4().hex,
@@ -614,13 +720,192 @@ class Controller:
                     ],
                     config=overrides,
                     value_schema=value_schema,
+                    creating_from=0,
                 )
                 self._persist(name, topic)
                 self.topics[name] = topic
-                self._start_replicas(topic, list(range(partitions)))
-                return Result(value=self._topic_metadata(topic))
+                creation = self._creations[name] = _Creation(request)
+        if topic is None:
+            self._join(name, creation, deadline)
+        else:
+            self._build(topic, creation, deadline)
+        with self._lock:
+            return self._topic_metadata(self._topic(name))
+
+    @staticmethod
+    def _deadline(timeout_ms: int | None) -> float:
+        """The monotonic deadline of a creation that may take ``timeout_ms``."""
+        if timeout_ms is None:
+            return time.monotonic() + REPLICA_READY_TIMEOUT_S
+        if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1:
+            raise InvalidRequestError(f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
+        return time.monotonic() + timeout_ms / 1000
+
+    def _check_capacity(self, name: str, placement: list[list[str]]) -> None:
+        """Refuse new replicas beyond the live nodes' limits (see ``check_capacity``).
+        The caller holds the lock."""
+        memory = {n["NodeID"]: n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]}
+        existing = Counter(
+            p.nodes[r] for t in self.topics.values() for p in t.partitions for r in p.replicas
+        )
+        limits = replica_limits(memory, self.broker.max_replicas_per_node)
+        check_capacity(name, placement, existing, limits)
+
+    def _build(self, topic: TopicState, creation: _Creation, deadline: float) -> None:
+        """Start the replicas of the partitions being created, then record the topic as
+        created; roll back on failure. Sets ``creation``'s outcome.
+
+        Raises:
+            RaystreamTimeoutError: a replica did not serve before ``deadline``.
+            BrokerNotAvailableError: a replica failed to start (the cause is named).
+        """
+        first = topic.creating_from
+        assert first is not None
+        try:
+            try:
+                self._start_new_replicas(topic, first, deadline)
+                with self._lock:
+                    topic.creating_from = None
+                    self._persist(topic.name, topic)
+            except Exception:
+                topic.creating_from = first
+                self._roll_back(topic, first)
+                raise
         except Exception as error:
-            return failure(error)
+            creation.error = error
+            raise
+        finally:
+            with self._lock:
+                if self._creations.get(topic.name) is creation:
+                    del self._creations[topic.name]
+            creation.done.set()
+
+    def _start_new_replicas(self, topic: TopicState, first: int, deadline: float) -> None:
+        """Find or create the replicas of partitions ``first``.. and wait, without the
+        lock, until each serves and knows its role."""
+        keys = [
+            (topic.name, state.partition, replica_id)
+            for state in topic.partitions[first:]
+            for replica_id in state.replicas
+        ]
+        handles: dict[tuple[str, int, int], Any] = {}
+        for key in keys:
+            try:
+                handles[key] = ray.get_actor(replica_actor_name(*key), namespace=self.namespace)
+            except ValueError:
+                handles[key] = self._create_replica(topic, key[1], key[2])
+        with self._lock:
+            self._handles.update(handles)
+        pings = {ref: key for key, ref in ((k, h.ping.remote()) for k, h in handles.items())}
+        ready, pending = ray.wait(
+            list(pings), num_returns=len(pings), timeout=max(deadline - time.monotonic(), 0)
+        )
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as error:
+                raise BrokerNotAvailableError(
+                    f"topic {topic.name!r} was not created: its replica "
+                    f"{replica_actor_name(*pings[ref])} failed to start: {_cause(error)}; it "
+                    "was rolled back"
+                ) from None
+        if pending:
+            late = sorted(replica_actor_name(*pings[ref]) for ref in pending)
+            raise RaystreamTimeoutError(
+                f"topic {topic.name!r} was not created: {len(pending)} of its "
+                f"{len(pings)} new replicas did not start in time ({', '.join(late[:3])}"
+                f"{', ...' if len(late) > 3 else ''}); it was rolled back"
+            )
+        with self._lock:
+            new = topic.partitions[first:]
+            calls = [call for state in new for call in self._push_roles(topic, state)]
+        try:
+            ray.get(calls, timeout=max(deadline - time.monotonic(), 0.001))
+        except ray.exceptions.GetTimeoutError:
+            raise RaystreamTimeoutError(
+                f"topic {topic.name!r} was not created: its new replicas did not take their "
+                "roles in time; it was rolled back"
+            ) from None
+
+    def _roll_back(self, topic: TopicState, first: int) -> None:
+        """Undo a failed creation: delete the replicas of partitions ``first``.. (and
+        their data), wait until Ray frees their names, then drop them from the record
+        (the whole topic when ``first`` is 0). The record goes last, so a controller
+        that dies halfway finds the creation again and finishes or rolls it back."""
+        keys = [
+            (topic.name, state.partition, replica_id)
+            for state in topic.partitions[first:]
+            for replica_id in state.replicas
+        ]
+        with self._lock:
+            handles = {key: self._handles.pop(key) for key in keys if key in self._handles}
+        for key in keys:
+            if key not in handles:
+                with contextlib.suppress(ValueError):
+                    handles[key] = ray.get_actor(replica_actor_name(*key), namespace=self.namespace)
+        deletes = [handle.delete.remote() for handle in handles.values()]
+        if deletes:
+            ray.wait(deletes, num_returns=len(deletes), timeout=ROLLBACK_WAIT_S)
+        for handle in handles.values():
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        wait_until = time.monotonic() + ROLLBACK_WAIT_S
+        for key in keys:
+            while time.monotonic() < wait_until:
+                try:
+                    ray.get_actor(replica_actor_name(*key), namespace=self.namespace)
+                except ValueError:
+                    break
+                time.sleep(0.05)
+        with self._lock:
+            if self.topics.get(topic.name) is not topic:
+                return
+            if first == 0:
+                self._persist(topic.name, None)
+                del self.topics[topic.name]
+            else:
+                del topic.partitions[first:]
+                topic.creating_from = None
+                self._persist(topic.name, topic)
+        logger.warning(
+            "rolled back the creation of %s partitions %d.. of topic %s",
+            len(keys),
+            first,
+            topic.name,
+        )
+
+    @staticmethod
+    def _join(name: str, creation: _Creation, deadline: float) -> None:
+        """Wait for a creation another call (or the restarted controller) runs."""
+        if not creation.done.wait(max(deadline - time.monotonic(), 0)):
+            raise RaystreamTimeoutError(f"topic {name!r} is still being created; try again")
+        if creation.error is not None:
+            raise type(creation.error)(str(creation.error))
+
+    def _finish_in_background(self, topic: TopicState) -> None:
+        """Finish a creation a dead controller left half done (or roll it back), on a
+        thread of its own so that the controller serves meanwhile."""
+        first = topic.creating_from
+        if first == 0:
+            request: tuple[Any, ...] = (
+                "create",
+                len(topic.partitions),
+                len(topic.partitions[0].replicas),
+                topic.config,
+                topic.value_schema,
+            )
+        else:
+            request = ("grow", len(topic.partitions))
+        creation = self._creations[topic.name] = _Creation(request)
+
+        def finish() -> None:
+            try:
+                self._build(topic, creation, time.monotonic() + REPLICA_READY_TIMEOUT_S)
+                logger.warning("finished creating topic %s after a controller restart", topic.name)
+            except Exception:
+                logger.exception("could not finish creating topic %s", topic.name)
+
+        threading.Thread(target=finish, name=f"raystream-create-{topic.name}", daemon=True).start()
 
     @staticmethod
     def _new_partition(partition: int, nodes: list[str]) -> PartitionState:
@@ -645,10 +930,16 @@ class Controller:
         }
 
     def delete_topic(self, name: str) -> Result:
-        """Delete a topic, its replica actors and their data."""
+        """Delete a topic, its replica actors and their data (not an internal topic,
+        nor one whose new partitions are being created)."""
         try:
+            check_not_internal(name, "delete")
             with self._lock:
                 topic = self._topic(name)
+                if topic.creating_from is not None:
+                    raise InvalidRequestError(
+                        f"topic {name!r} is adding partitions; delete it once that ends"
+                    )
                 self._persist(name, None)
                 del self.topics[name]
                 self._stop_replicas(topic, delete_data=True)
@@ -656,33 +947,58 @@ class Controller:
         except Exception as error:
             return failure(error)
 
-    def create_partitions(self, name: str, total: int) -> Result:
-        """Grow a topic to ``total`` partitions (never shrinks, as in Kafka)."""
+    def create_partitions(self, name: str, total: int, timeout_ms: int | None = None) -> Result:
+        """Grow a topic to ``total`` partitions (never shrinks, as in Kafka).
+
+        Like a creation, the new partitions are recorded first, shown to clients once
+        all their replicas serve, and rolled back on failure or timeout.
+        """
         try:
+            check_not_internal(name, "add partitions to")
+            deadline = self._deadline(timeout_ms)
+            request = ("grow", total)
             with self._lock:
                 topic = self._topic(name)
                 validate_count(total, "partitions")
-                current = len(topic.partitions)
-                if total <= current:
+                creation = self._creations.get(name)
+                if creation is not None and creation.request != request:
                     raise InvalidPartitionsError(
-                        f"topic {name!r} has {current} partitions; the new total {total} "
-                        "must be larger"
+                        f"topic {name!r} is already adding partitions up to {creation.request[1]}"
                     )
-                rf = len(topic.partitions[0].replicas)
-                placement = place_replicas(
-                    alive_nodes(), total - current, rf, len(self.topics), first=current
-                )
-                for offset, assigned in enumerate(placement):
-                    topic.partitions.append(self._new_partition(current + offset, assigned))
-                self._persist(name, topic)
-                self._start_replicas(topic, list(range(current, total)))
-                return Result(value=self._topic_metadata(topic))
+                if creation is None:
+                    current = len(topic.partitions)
+                    if total <= current:
+                        raise InvalidPartitionsError(
+                            f"topic {name!r} has {current} partitions; the new total {total} "
+                            "must be larger"
+                        )
+                    rf = len(topic.partitions[0].replicas)
+                    placement = place_replicas(
+                        alive_nodes(), total - current, rf, len(self.topics), first=current
+                    )
+                    self._check_capacity(name, placement)
+                    for offset, assigned in enumerate(placement):
+                        topic.partitions.append(self._new_partition(current + offset, assigned))
+                    topic.creating_from = current
+                    self._persist(name, topic)
+                    creation = self._creations[name] = _Creation(request)
+                    owner = True
+                else:
+                    owner = False
+            if owner:
+                self._build(topic, creation, deadline)
+            else:
+                self._join(name, creation, deadline)
+            with self._lock:
+                return Result(value=self._topic_metadata(self._topic(name)))
         except Exception as error:
             return failure(error)
 
     def alter_topic_config(self, name: str, changes: dict[str, Any]) -> Result:
-        """Change topic config keys; replicas apply them at once."""
+        """Change topic config keys (not of an internal topic); replicas apply them at
+        once."""
         try:
+            check_not_internal(name, "alter the config of")
             with self._lock:
                 topic = self._topic(name)
                 merged = {**topic.config, **self._validated_config(changes)}
@@ -690,10 +1006,11 @@ class Controller:
                 topic.config = merged
                 self._persist(name, topic)
                 config = self._effective_config(topic).to_kafka()
-                handles = [
+                handles = [  # a replica still starting asks for its config when it serves
                     self._handles[(name, p.partition, r)]
                     for p in topic.partitions
                     for r in p.replicas
+                    if (name, p.partition, r) in self._handles
                 ]
                 refs = [h.update_config.remote(config) for h in handles]
             for ref in refs:  # best effort: a dead replica gets the config when it restarts
@@ -770,7 +1087,9 @@ class Controller:
             return failure(error)
 
     def _partition(self, topic: TopicState, partition: int) -> PartitionState:
-        if not isinstance(partition, int) or not 0 <= partition < len(topic.partitions):
+        if not isinstance(partition, int) or not 0 <= partition < len(
+            topic.visible_partitions()
+        ):
             raise UnknownTopicOrPartitionError(
                 f"partition {partition!r} of topic {topic.name!r} does not exist"
             )
@@ -779,9 +1098,14 @@ class Controller:
     # ------------------------------------------------------------------ queries
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        """Topic names, sorted; internal topics only on request."""
+        """Topic names, sorted; internal topics only on request, topics being created
+        never."""
         with self._lock:
-            return sorted(n for n in self.topics if include_internal or not is_internal(n))
+            return sorted(
+                n
+                for n, t in self.topics.items()
+                if t.creating_from != 0 and (include_internal or not is_internal(n))
+            )
 
     def metadata(self, names: list[str]) -> Result:
         """TopicMetadata (leaders and their handles) for the named topics."""
@@ -796,9 +1120,8 @@ class Controller:
         try:
             with self._lock:
                 topic = self._topic(name)
-                leaders = [
-                    self._handles.get((name, p.partition, p.leader)) for p in topic.partitions
-                ]
+                visible = topic.visible_partitions()
+                leaders = [self._handles.get((name, p.partition, p.leader)) for p in visible]
             states: list[dict[str, Any] | None] = []
             for handle in leaders:
                 try:
@@ -817,7 +1140,7 @@ class Controller:
                     log_end_offset=state["log_end_offset"] if state else -1,
                     nodes=dict(p.nodes),
                 )
-                for p, state in zip(topic.partitions, states, strict=True)
+                for p, state in zip(visible, states, strict=True)
             ]
             return Result(
                 value=TopicDescription(
@@ -853,7 +1176,7 @@ class Controller:
             "controller_node": self.node_id,
             "controller_pid": os.getpid(),
             "nodes": alive_nodes(),
-            "topics": len([t for t in topics if not is_internal(t.name)]),
+            "topics": len([t for t in topics if not is_internal(t.name) and t.creating_from != 0]),
             "partitions": sum(len(t.partitions) for t in topics),
             "replicas": len(self._handles),
             "offline_partitions": offline,
@@ -866,12 +1189,17 @@ class Controller:
         return dict(self.broker_options)
 
     def _topic(self, name: str) -> TopicState:
+        """The topic as clients see it: one being created does not exist yet."""
         if not isinstance(name, str):
             raise InvalidRequestError(f"topic name must be a string, not {type(name).__name__}")
         topic = self.topics.get(name)
-        if topic is None:
+        if topic is None or topic.creating_from == 0:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return topic
+
+    def _visible_topics(self) -> list[str]:
+        """Names of the topics clients see (not those being created)."""
+        return [n for n, t in self.topics.items() if t.creating_from != 0]
 
     def _topic_metadata(self, topic: TopicState) -> TopicMetadata:
         return TopicMetadata(
@@ -892,7 +1220,7 @@ class Controller:
                     ),
                     leader_node=p.nodes.get(p.leader) if p.leader != OFFLINE else None,
                 )
-                for p in topic.partitions
+                for p in topic.visible_partitions()
             ],
             config=self._effective_config(topic).to_kafka(),
             value_schema=topic.schema(),
@@ -904,13 +1232,10 @@ class Controller:
         """The group coordinator's handle, starting it (and ``__consumer_offsets``) on
         first use, as Kafka creates its offsets topic on the first FindCoordinator."""
         try:
-            with self._lock:
-                offsets = self._internal_topic(OFFSETS_TOPIC)
-                return Result(
-                    value=self._coordinator(
-                        GroupCoordinatorActor, COORDINATOR_NAME, self.broker.data_dir, offsets
-                    )
-                )
+            offsets = self._internal_topic(OFFSETS_TOPIC)
+            return Result(
+                value=self._coordinator(GroupCoordinatorActor, COORDINATOR_NAME, offsets)
+            )
         except Exception as error:
             return failure(error)
 
@@ -918,27 +1243,28 @@ class Controller:
         """The transaction coordinator's handle, starting it (and ``__transaction_state``,
         and ``__consumer_offsets`` whose partition count it needs) on first use."""
         try:
-            with self._lock:
-                offsets = self._internal_topic(OFFSETS_TOPIC)
-                state = self._internal_topic(TRANSACTION_STATE_TOPIC)
-                return Result(
-                    value=self._coordinator(
-                        TransactionCoordinatorActor,
-                        TRANSACTION_COORDINATOR_NAME,
-                        self.broker.data_dir,
-                        state,
-                        offsets,
-                        self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,
-                    )
+            offsets = self._internal_topic(OFFSETS_TOPIC)
+            state = self._internal_topic(TRANSACTION_STATE_TOPIC)
+            return Result(
+                value=self._coordinator(
+                    TransactionCoordinatorActor,
+                    TRANSACTION_COORDINATOR_NAME,
+                    state,
+                    offsets,
+                    self.broker.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                 )
+            )
         except Exception as error:
             return failure(error)
 
     def _internal_topic(self, name: str) -> int:
         """Create an internal compacted topic if it is missing, sized by the broker
         config (its replication factor capped by the live nodes, as a one-node cluster
-        must still work); its partition count. The caller holds the lock."""
-        if name not in self.topics:
+        must still work); its partition count. Concurrent first uses share one
+        creation, which holds no lock while it waits for the replicas."""
+        with self._lock:
+            exists = name in self.topics and self.topics[name].creating_from != 0
+        if not exists:
             broker = self.broker
             partitions, replication_factor = {
                 OFFSETS_TOPIC: (
@@ -951,13 +1277,16 @@ class Controller:
                 ),
             }[name]
             replication = max(min(replication_factor, len(alive_nodes())), 1)
-            self.create_topic(
+            self._create_topic(
                 name,
                 partitions,
                 replication,
                 {"cleanup.policy": "compact", "segment.bytes": 16 << 20},
-            ).unwrap()
-        return len(self.topics[name].partitions)
+                None,
+                self._deadline(None),
+            )
+        with self._lock:
+            return len(self._topic(name).partitions)
 
     def _coordinator(self, actor_class: Any, name: str, *args: Any) -> Any:
         """The named, detached coordinator actor, started with ``args`` if not running

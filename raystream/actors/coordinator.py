@@ -42,12 +42,13 @@ import ray
 
 from raystream.actors.direct import DirectPath
 from raystream.actors.liveness import is_down
-from raystream.client.transport import call, is_dead_actor_error
+from raystream.actors.partition_client import EARLIEST_TIMESTAMP, PartitionClient
 from raystream.errors import (
+    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InvalidRequestError,
-    LeaderNotAvailableError,
     OffsetOutOfRangeError,
+    RaystreamError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
@@ -61,7 +62,8 @@ from raystream.groups.offsets_topic import (
     offset_records,
     partition_for,
 )
-from raystream.protocol import CONTROLLER_NAME, Result, failure
+from raystream.protocol import Result, failure
+from raystream.records import batch_from_table
 from raystream.types import TopicPartition
 from raystream.wire import Endpoint
 
@@ -75,6 +77,8 @@ CRASH_CHECK_AFTER_S = 0.5
 """Silence after which a member in a Ray actor is looked up in Ray's actor table."""
 METADATA_CHECK_S = 2.0
 """How often stable groups look for new partitions of their topics."""
+WRITE_TIMEOUT_S = 30.0
+"""How long a write to ``__consumer_offsets`` may take, retries included."""
 
 
 class GroupCoordinator:
@@ -82,21 +86,22 @@ class GroupCoordinator:
 
     Args:
         namespace: the cluster's namespace (to find the controller).
-        data_dir: the cluster's data dir (for the internal clients' Cluster handle).
+        listener_host: the broker's ``listener.host`` (see :class:`DirectPath`).
         partitions: how many partitions ``__consumer_offsets`` has.
     """
 
-    def __init__(self, namespace: str, listener_host: str, data_dir: str, partitions: int) -> None:
+    def __init__(self, namespace: str, listener_host: str, partitions: int) -> None:
         self._namespace = namespace
         self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
-        self._data_dir = data_dir
         self._partitions = partitions
         self._store = GroupStore()
         self._positions = [0] * partitions
         """Where reading each partition of ``__consumer_offsets`` goes on from."""
         self._reading = [asyncio.Lock() for _ in range(partitions)]
-        self._cluster: Any = None
-        self._producer: Any = None
+        self._writing: dict[str, asyncio.Lock] = {}
+        """One per group: a group's records are appended one at a time, so that a
+        write retried after a lost answer never lands after a newer one."""
+        self._client = PartitionClient(namespace)
         self._loading: asyncio.Future | None = None
         self._waiters: dict[str, dict[str, asyncio.Future]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -105,25 +110,32 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ startup
 
     async def _ready(self) -> None:
-        """Load the groups from ``__consumer_offsets`` once, before the first request."""
-        if self._loading is None:
+        """Load the groups from ``__consumer_offsets`` once, before the first request.
+
+        A load that failed (its partitions unreachable for too long) is tried again by
+        the next request.
+
+        Raises:
+            CoordinatorNotAvailableError: the load failed (retriable).
+        """
+        if self._loading is None or (
+            self._loading.done()
+            and (self._loading.cancelled() or self._loading.exception() is not None)
+        ):
             self._loading = asyncio.ensure_future(self._load())
-        await asyncio.shield(self._loading)
+        try:
+            await asyncio.shield(self._loading)
+        except RaystreamError as error:
+            raise CoordinatorNotAvailableError(
+                f"the group coordinator could not load {OFFSETS_TOPIC} yet: {error}"
+            ) from error
 
     async def _load(self) -> None:
-        # The clients import the actors package (to start the controller): import late.
-        from raystream.client.cluster import Cluster
-        from raystream.client.producer import Producer
-
-        def connect() -> Any:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
-            return Cluster(self._namespace, self._data_dir, controller)
-
-        self._cluster = await asyncio.to_thread(connect)
-        for partition in range(self._partitions):
-            await self._read_committed(partition, loading=True)
-        self._producer = Producer(cluster=self._cluster, acks="all", linger_ms=0)
-        self._tick_task = asyncio.ensure_future(self._tick_loop())
+        await asyncio.gather(
+            *(self._read_committed(p, loading=True) for p in range(self._partitions))
+        )
+        if self._tick_task is None:
+            self._tick_task = asyncio.ensure_future(self._tick_loop())
         logger.info("group coordinator loaded %d groups", len(self._store.groups))
 
     async def _read_committed(self, partition: int, loading: bool = False) -> bool:
@@ -132,50 +144,38 @@ class GroupCoordinator:
 
         At load every record is applied; later only offsets (see
         :meth:`GroupStore.replay <raystream.groups.offsets_topic.GroupStore.replay>`).
+        A record that does not decode is skipped and logged.
+
+        Raises:
+            RaystreamTimeoutError: the partition could not be read for too long.
         """
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
         async with self._reading[partition]:
-            refresh = False
-            backoff = 0.05
             while True:
-                metadata = await asyncio.to_thread(
-                    self._cluster.topic_metadata, OFFSETS_TOPIC, refresh
-                )
-                leader = metadata.partitions[partition].leader_handle
                 try:
-                    if leader is None:
-                        raise LeaderNotAvailableError(f"{OFFSETS_TOPIC}-{partition}: no leader")
-                    answer = await asyncio.wrap_future(
-                        call(
-                            leader,
-                            "fetch",
-                            self._positions[partition],
-                            8 << 20,
-                            0,
-                            1,
-                            "read_committed",
-                        )
+                    answer = await self._client.fetch(
+                        tp, self._positions[partition], "read_committed"
                     )
-                    answer.raise_for_error()
-                except Exception as error:
-                    if isinstance(error, OffsetOutOfRangeError):
-                        self._positions[partition] = 0  # compacted below us: from the start
-                    elif not (getattr(error, "retriable", False) or is_dead_actor_error(error)):
-                        raise
-                    refresh = True
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
+                except OffsetOutOfRangeError:  # removed below us: go on from the start
+                    self._positions[partition] = await self._client.list_offset(
+                        tp, EARLIEST_TIMESTAMP
+                    )
                     continue
-                if answer.records.num_rows:
-                    self._store.replay(answer.records, time.monotonic(), offsets_only=not loading)
-                position = max(answer.next_offset, self._positions[partition])
+                table, after = answer.decode()
+                if table.num_rows:
+                    skipped = self._store.replay(
+                        table, time.monotonic(), offsets_only=not loading
+                    )
+                    _report(partition, skipped)
+                position = max(after, self._positions[partition])
                 self._positions[partition] = position
                 if position >= answer.last_stable_offset:
                     stable = answer.last_stable_offset >= answer.high_watermark
                     if loading and not stable:
-                        await self._read_membership(leader, position, answer.high_watermark)
+                        await self._read_membership(tp, position, answer.high_watermark)
                     return stable
 
-    async def _read_membership(self, leader: Any, start: int, end: int) -> None:
+    async def _read_membership(self, tp: TopicPartition, start: int, end: int) -> None:
         """At load, apply the membership records between the last stable offset and the
         high watermark: a transaction open on the partition holds read_committed reading
         back, but memberships are never part of one (the coordinator writes them
@@ -184,15 +184,14 @@ class GroupCoordinator:
         position = start
         try:
             while position < end:
-                answer = await asyncio.wrap_future(
-                    call(leader, "fetch", position, 8 << 20, 0, 1, "read_uncommitted")
-                )
-                answer.raise_for_error()
-                if answer.records.num_rows:
-                    self._store.replay(answer.records, time.monotonic(), membership_only=True)
-                if answer.next_offset <= position:
+                answer = await self._client.fetch(tp, position, "read_uncommitted")
+                table, after = answer.decode()
+                if table.num_rows:
+                    skipped = self._store.replay(table, time.monotonic(), membership_only=True)
+                    _report(tp.partition, skipped)
+                if after <= position:
                     return
-                position = answer.next_offset
+                position = after
         except Exception as error:  # best effort: members of a forgotten rebalance rejoin
             logger.warning("memberships past the last stable offset not loaded: %s", error)
 
@@ -402,7 +401,7 @@ class GroupCoordinator:
         async with lock:
             if not group.ready(time.monotonic()):
                 return
-            counts = await asyncio.to_thread(self._partition_counts, group.subscribed_topics())
+            counts = await self._partition_counts(group.subscribed_topics())
             if not group.ready(time.monotonic()):
                 return
             late = group.complete(counts, time.monotonic())
@@ -423,13 +422,13 @@ class GroupCoordinator:
                         failure(UnknownMemberIdError(f"{member_id} was removed from the group"))
                     )
 
-    def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
-        """Partition counts of the existing topics among ``topics`` (blocking)."""
-        assert self._cluster is not None
+    async def _partition_counts(self, topics: Iterable[str]) -> dict[str, int]:
+        """Partition counts of the existing topics among ``topics``, asked afresh."""
         counts = {}
         for topic in topics:
             with contextlib.suppress(UnknownTopicOrPartitionError):
-                counts[topic] = len(self._cluster.topic_metadata(topic, refresh=True).partitions)
+                metadata = await self._client.topic_metadata(topic, refresh=True)
+                counts[topic] = len(metadata.partitions)
         return counts
 
     async def _tick_loop(self) -> None:
@@ -469,7 +468,7 @@ class GroupCoordinator:
         if not stable:
             return
         topics = set().union(*(g.subscribed_topics() for g in stable))
-        counts = await asyncio.to_thread(self._partition_counts, topics)
+        counts = await self._partition_counts(topics)
         for group in stable:
             if group.partitions_changed(counts, time.monotonic()):
                 logger.info("group %s: partitions changed, rebalancing", group.group_id)
@@ -482,10 +481,18 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ helpers
 
     async def _write(self, group_id: str, table: Any) -> None:
-        """Append to the group's partition of ``__consumer_offsets`` with acks=all."""
-        assert self._producer is not None
-        partition = partition_for(group_id, self._partitions)
-        await asyncio.to_thread(self._producer.send_batch, OFFSETS_TOPIC, table, partition)
+        """Append to the group's partition of ``__consumer_offsets`` with acks=all, after
+        the group's previous write.
+
+        Raises:
+            RaystreamTimeoutError: not written within :data:`WRITE_TIMEOUT_S`.
+            RaystreamError: a non-retriable refusal.
+        """
+        tp = TopicPartition(OFFSETS_TOPIC, partition_for(group_id, self._partitions))
+        metadata = await self._client.topic_metadata(OFFSETS_TOPIC)
+        batch = batch_from_table(table, metadata.record_schema, None, int(time.time() * 1000))
+        async with self._writing.setdefault(group_id, asyncio.Lock()):
+            await self._client.produce(tp, batch, WRITE_TIMEOUT_S)
 
     def _group(self, group_id: str) -> Group:
         _check_group_id(group_id)
@@ -496,6 +503,18 @@ class GroupCoordinator:
                 return group
             raise GroupIdNotFoundError(f"consumer group {group_id!r} does not exist")
         return group
+
+
+def _report(partition: int, skipped: list[tuple[int, str]]) -> None:
+    """Log the records of a partition that a replay skipped (they do not decode)."""
+    for offset, reason in skipped:
+        logger.warning(
+            "%s-%d offset %d: skipped a record that does not decode: %s",
+            OFFSETS_TOPIC,
+            partition,
+            offset,
+            reason,
+        )
 
 
 def _check_group_id(group_id: Any) -> None:

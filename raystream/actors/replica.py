@@ -46,7 +46,6 @@ import pyarrow as pa
 import ray
 
 from raystream.actors.direct import DirectPath
-from raystream.client.transport import call
 from raystream.config import BrokerConfig
 from raystream.errors import (
     FencedLeaderEpochError,
@@ -84,6 +83,7 @@ from raystream.protocol import (
 from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
 from raystream.replication.truncation import truncation_offset
 from raystream.transactions.markers import marker_batch
+from raystream.transport import call
 from raystream.wire import Endpoint
 
 logger = logging.getLogger(__name__)

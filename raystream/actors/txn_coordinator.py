@@ -27,8 +27,12 @@ refuses the older epoch's marker. A transaction that was not carried cannot have
 started meanwhile, since starting one is persisted first.
 
 State writes go straight to the leader of the id's ``__transaction_state`` partition
-(acks=all, retried through leader changes), without a Producer: one actor call each,
-and a repeated write of the same state is harmless, so idempotence is not needed.
+(acks=all, retried through leader changes), through the
+:class:`~raystream.actors.partition_client.PartitionClient` that writes the markers
+too: one actor call each, and a repeated write of the same state is harmless (the id's
+lock keeps it from landing after a newer one), so idempotence is not needed. A record of
+the topic that does not decode is skipped and logged at load, never in the way of the
+other ids.
 
 The group coordinator reads the offsets that transactions committed when it is asked
 for a group's offsets (see :mod:`raystream.actors.coordinator`): no call per
@@ -50,23 +54,23 @@ from typing import Any
 import ray
 
 from raystream.actors.direct import DirectPath
-from raystream.client.sender import encode_records
-from raystream.client.transport import call
+from raystream.actors.partition_client import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    PartitionClient,
+)
 from raystream.errors import (
-    BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidRequestError,
     InvalidTxnStateError,
-    LeaderNotAvailableError,
     RaystreamError,
-    RaystreamTimeoutError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
-from raystream.log.batch import BatchEncoder
-from raystream.protocol import CONTROLLER_NAME, Result, failure
+from raystream.protocol import Result, failure
 from raystream.records import build_batch
 from raystream.transactions import metadata as rules
 from raystream.transactions.metadata import TransactionMetadata, TxnState
@@ -99,7 +103,7 @@ class TransactionCoordinator:
 
     Args:
         namespace: the cluster's namespace (to find the controller).
-        data_dir: the cluster's data dir (for the internal clients' Cluster handle).
+        listener_host: the broker's ``listener.host`` (see :class:`DirectPath`).
         partitions: how many partitions ``__transaction_state`` has.
         offsets_partitions: how many partitions ``__consumer_offsets`` has.
         abort_check_interval_ms: how often timed-out transactions are looked for.
@@ -109,47 +113,52 @@ class TransactionCoordinator:
         self,
         namespace: str,
         listener_host: str,
-        data_dir: str,
         partitions: int,
         offsets_partitions: int,
         abort_check_interval_ms: int,
     ) -> None:
         self._namespace = namespace
         self._direct = DirectPath(self, DIRECT_METHODS, listener_host)
-        self._data_dir = data_dir
         self._partitions = partitions
         self._offsets_partitions = offsets_partitions
         self._abort_check_s = abort_check_interval_ms / 1000
         self._store = TransactionStore()
-        self._cluster: Any = None
+        self._client = PartitionClient(namespace)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._state_schema: Any = None
-        self._leaders: dict[TopicPartition, Any] = {}
         self._coordinator_epoch = 0
         self._loading: asyncio.Future | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
-        self._encoder = BatchEncoder()
 
     # ------------------------------------------------------------------ startup
 
     async def _ready(self) -> None:
-        """Load the ids from ``__transaction_state`` once, before the first request."""
-        if self._loading is None:
+        """Load the ids from ``__transaction_state`` once, before the first request.
+
+        A load that failed (its partitions unreachable for too long) is tried again by
+        the next request.
+
+        Raises:
+            CoordinatorNotAvailableError: the load failed (retriable).
+        """
+        if self._loading is None or (
+            self._loading.done()
+            and (self._loading.cancelled() or self._loading.exception() is not None)
+        ):
             self._loading = asyncio.ensure_future(self._load())
-        await asyncio.shield(self._loading)
+        try:
+            await asyncio.shield(self._loading)
+        except RaystreamError as error:
+            raise CoordinatorNotAvailableError(
+                f"the transaction coordinator could not load {TRANSACTION_STATE_TOPIC} yet: "
+                f"{error}"
+            ) from error
 
     async def _load(self) -> None:
-        from raystream.client.cluster import Cluster
-
-        def connect() -> Any:
-            controller = ray.get_actor(CONTROLLER_NAME, namespace=self._namespace)
-            return Cluster(self._namespace, self._data_dir, controller)
-
-        self._cluster = await asyncio.to_thread(connect)
-        self._store = await asyncio.to_thread(self._replay)
-        metadata = await asyncio.to_thread(
-            self._cluster.topic_metadata, TRANSACTION_STATE_TOPIC, True
-        )
+        self._loop = asyncio.get_running_loop()
+        self._store = await self._replay()
+        metadata = await self._client.topic_metadata(TRANSACTION_STATE_TOPIC, refresh=True)
         # Markers carry this: it grows with every leader change of the state topic, so
         # a partition refuses markers of a coordinator that an election left behind.
         self._coordinator_epoch = max(p.leader_epoch for p in metadata.partitions)
@@ -161,24 +170,30 @@ class TransactionCoordinator:
                 self._spawn(self._resume(meta.transactional_id))
         logger.info("transaction coordinator loaded %d ids", len(self._store.transactions))
 
-    def _replay(self) -> TransactionStore:
-        from raystream.client.consumer import Consumer
-
+    async def _replay(self) -> TransactionStore:
+        """Every id's latest state, read from each partition of ``__transaction_state``
+        up to its high watermark; a record that does not decode is skipped and logged."""
         store = TransactionStore()
-        tps = [TopicPartition(TRANSACTION_STATE_TOPIC, p) for p in range(self._partitions)]
-        consumer = Consumer(
-            cluster=self._cluster,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            fetch_max_wait_ms=100,
-        )
-        try:
-            consumer.assign(tps)
-            end = consumer.end_offsets(tps)
-            while any(consumer.position(tp) < end[tp] for tp in tps):
-                store.replay(consumer.poll_arrow(timeout_ms=1000))
-        finally:
-            consumer.close(autocommit=False)
+
+        async def read(partition: int) -> None:
+            tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition)
+            position = await self._client.list_offset(tp, EARLIEST_TIMESTAMP)
+            end = await self._client.list_offset(tp, LATEST_TIMESTAMP)
+            while position < end:
+                table, after = (await self._client.fetch(tp, position)).decode()
+                for offset, reason in store.replay(table):
+                    logger.warning(
+                        "%s-%d offset %d: skipped a record that does not decode: %s",
+                        TRANSACTION_STATE_TOPIC,
+                        partition,
+                        offset,
+                        reason,
+                    )
+                if after <= position:
+                    break
+                position = after
+
+        await asyncio.gather(*(read(p) for p in range(self._partitions)))
         return store
 
     def _spawn(self, coroutine: Any) -> None:
@@ -352,9 +367,8 @@ class TransactionCoordinator:
         """
         backoff, longest = MARKER_BACKOFF_S
         while True:
-            error = await self._call_leader(
+            error = await self._client.write_txn_marker(
                 tp,
-                "write_txn_marker",
                 meta.producer_id,
                 meta.producer_epoch,
                 commit,
@@ -375,7 +389,7 @@ class TransactionCoordinator:
 
     async def _exists(self, tp: TopicPartition) -> bool:
         try:
-            await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
+            await self._client.topic_metadata(tp.topic, refresh=True)
             return True
         except UnknownTopicOrPartitionError:
             return False
@@ -430,7 +444,11 @@ class TransactionCoordinator:
         return meta
 
     def _new_producer_id(self) -> tuple[int, int]:
-        return self._cluster.call("init_producer_id")
+        """A new producer id from the controller. Blocking: it runs in a worker thread
+        and waits for the controller call made on the actor's event loop."""
+        assert self._loop is not None
+        call = self._client.controller_call("init_producer_id")
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result()
 
     async def _persist(self, meta: TransactionMetadata) -> None:
         """Write the id's new state to ``__transaction_state`` (acks=all), then adopt it.
@@ -440,63 +458,18 @@ class TransactionCoordinator:
             RaystreamError: a non-retriable refusal.
         """
         table = transaction_record(meta)
-        # Sent as an Arrow IPC stream, as producers send theirs: a pickled one-row
-        # RecordBatch costs ~80 us more to pickle and unpickle, in 11 buffers.
-        batch = encode_records(
-            self._encoder,
-            build_batch(
-                self._state_schema,
-                table.column("key").to_pylist(),
-                table.column("value").to_pylist(),
-                [_now_ms()],
-                None,
-            ),
+        batch = build_batch(
+            self._state_schema,
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            [_now_ms()],
+            None,
         )
         tp = TopicPartition(
             TRANSACTION_STATE_TOPIC, partition_for(meta.transactional_id, self._partitions)
         )
-        deadline = time.monotonic() + STATE_WRITE_TIMEOUT_S
-        backoff, longest = MARKER_BACKOFF_S
-        while True:
-            error = await self._call_leader(
-                tp, "produce", batch, "all", int(STATE_WRITE_TIMEOUT_S * 1000)
-            )
-            if error is None:
-                break
-            if not getattr(error, "retriable", False) or time.monotonic() > deadline:
-                if time.monotonic() > deadline:
-                    raise RaystreamTimeoutError(
-                        f"state of {meta.transactional_id!r} not written: {error}"
-                    )
-                raise error
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, longest)
+        await self._client.produce(tp, batch, STATE_WRITE_TIMEOUT_S)
         self._store.transactions[meta.transactional_id] = meta
-
-    async def _call_leader(self, tp: TopicPartition, method: str, *args: Any) -> Any:
-        """Call a partition leader's method; its error (None on success), a dead or
-        unknown leader as a retriable error (the cached leader is dropped then)."""
-        leader = self._leaders.get(tp)
-        try:
-            if leader is None:
-                metadata = await asyncio.to_thread(self._cluster.topic_metadata, tp.topic, True)
-                if tp.partition >= len(metadata.partitions):
-                    raise UnknownTopicOrPartitionError(f"{tp.topic}-{tp.partition} does not exist")
-                leader = metadata.partitions[tp.partition].leader_handle
-                if leader is None:
-                    raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader")
-                self._leaders[tp] = leader
-            answer = await asyncio.wrap_future(call(leader, method, *args))
-            error = answer.error()
-        except ray.exceptions.RayError as dead:  # the leader died: ask for the new one
-            error = BrokerNotAvailableError(f"the leader of {tp.topic}-{tp.partition}: {dead}")
-        except RaystreamError as unknown:
-            error = unknown
-        if error is not None and (
-            getattr(error, "invalid_metadata", False) or getattr(error, "retriable", False)
-        ):
-            self._leaders.pop(tp, None)
-        return error
 
 
 def _check_id(transactional_id: Any) -> None:

@@ -224,7 +224,7 @@ def _attach(args: argparse.Namespace) -> Any:
 
     from raystream.actors import CONTROLLER_NAME
     from raystream.client.cluster import Cluster
-    from raystream.client.transport import wait_result
+    from raystream.transport import wait_result
 
     if not ray.is_initialized():
         address = _check_reachable(args.address, args.connect_timeout)

@@ -13,9 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from raystream.client.cluster import Cluster, resolve_cluster
+from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.client.transport import call, outcome
 from raystream.config import unknown_option
 from raystream.errors import (
     InvalidConfigError,
@@ -25,7 +24,16 @@ from raystream.errors import (
     RaystreamError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.transport import call, outcome
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
+
+
+def _call_timeout_s(timeout_ms: int | None) -> float:
+    """How long to wait for the controller's answer to a call that may wait
+    ``timeout_ms`` itself (the controller answers the timeout first)."""
+    if isinstance(timeout_ms, int) and timeout_ms > 0:
+        return max(CONTROL_TIMEOUT_S, timeout_ms / 1000 + 60)
+    return CONTROL_TIMEOUT_S
 
 
 class Admin:
@@ -48,12 +56,22 @@ class Admin:
         replication_factor: int | None = None,
         config: dict[str, Any] | None = None,
         schema: pa.Schema | None = None,
+        timeout_ms: int | None = None,
     ) -> TopicDescription:
         """Create a topic; a ``schema`` makes a typed topic whose values are columns.
+
+        Returns once every replica serves. The topic is created whole or not at all:
+        other clients do not see it before then, and a creation that fails or takes
+        longer than ``timeout_ms`` (kafka-python's name; default 120 s) is rolled back,
+        so the name can be used again at once.
 
         Raises:
             TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,
             InvalidReplicationFactorError, InvalidConfigError: naming the bad value.
+            InvalidTopicError also for names starting with "__" (internal topics);
+            InvalidPartitionsError also for more partitions than the nodes can hold
+            (the broker's ``max.replicas.per.node``).
+            RaystreamTimeoutError: the replicas did not all start within ``timeout_ms``.
         """
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidRequestError(
@@ -63,12 +81,20 @@ class Admin:
             raise InvalidRequestError("schema has no fields")
         serialized = None if schema is None else schema.serialize().to_pybytes()
         self.cluster.call(
-            "create_topic", name, partitions, replication_factor, config or {}, serialized
+            "create_topic",
+            name,
+            partitions,
+            replication_factor,
+            config or {},
+            serialized,
+            timeout_ms,
+            timeout_s=_call_timeout_s(timeout_ms),
         )
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data."""
+        """Delete a topic and all its data (internal topics are refused with
+        InvalidTopicError)."""
         self.cluster.call("delete_topic", name)
         self.cluster.forget(name)
 
@@ -80,14 +106,25 @@ class Admin:
         """Partitions (leader, replicas, ISR, epoch, offsets) and effective config."""
         return self.cluster.call("describe_topic", name)
 
-    def create_partitions(self, name: str, total: int) -> TopicDescription:
-        """Grow ``name`` to ``total`` partitions (keyed records may map elsewhere after)."""
-        self.cluster.call("create_partitions", name, total)
+    def create_partitions(
+        self, name: str, total: int, timeout_ms: int | None = None
+    ) -> TopicDescription:
+        """Grow ``name`` to ``total`` partitions (keyed records may map elsewhere after).
+
+        As with :meth:`create_topic`, the new partitions appear once all their replicas
+        serve, or are rolled back after a failure or ``timeout_ms``. Internal topics are
+        refused (InvalidTopicError).
+        """
+        self.cluster.call(
+            "create_partitions", name, total, timeout_ms, timeout_s=_call_timeout_s(timeout_ms)
+        )
         self.cluster.forget(name)
         return self.describe_topic(name)
 
     def alter_topic_config(self, name: str, config: dict[str, Any]) -> dict[str, Any]:
-        """Change topic config keys (Kafka's dotted names); returns the effective config."""
+        """Change topic config keys (Kafka's dotted names); returns the effective config.
+
+        Internal topics are refused (InvalidTopicError): the broker config sizes them."""
         effective = self.cluster.call("alter_topic_config", name, config)
         self.cluster.forget(name)
         return effective

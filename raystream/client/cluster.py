@@ -15,15 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from raystream.actors import CONTROLLER_NAME, ControllerActor
-from raystream.client.transport import (
-    call,
-    ensure_ray,
-    named_actor,
-    on_this_node,
-    outcome,
-    stop_actor,
-    wait_result,
-)
 from raystream.config import BrokerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -36,6 +27,15 @@ from raystream.errors import (
 )
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import Result, TopicMetadata
+from raystream.transport import (
+    call,
+    ensure_ray,
+    named_actor,
+    on_this_node,
+    outcome,
+    stop_actor,
+    wait_result,
+)
 
 DEFAULT_NAMESPACE = "raystream"
 CONTROL_TIMEOUT_S = 300

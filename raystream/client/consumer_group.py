@@ -33,7 +33,6 @@ from typing import Any
 from raystream.actors.member import ARROW, RECORDS, GroupMemberActor
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.client.transport import CALL_ERRORS, stop_actor, wait_result
 from raystream.errors import (
     BrokerNotAvailableError,
     GroupIdNotFoundError,
@@ -41,6 +40,7 @@ from raystream.errors import (
     RaystreamError,
     RaystreamTimeoutError,
 )
+from raystream.transport import CALL_ERRORS, stop_actor, wait_result
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)

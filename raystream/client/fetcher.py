@@ -45,7 +45,6 @@ import pyarrow as pa
 
 from raystream.client.cluster import Cluster
 from raystream.client.metrics import ConsumerMetrics
-from raystream.client.transport import call, finished, outcome
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -55,6 +54,7 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from raystream.transport import call, finished, outcome
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,

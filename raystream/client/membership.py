@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from raystream.client.transport import answered, cancel, current_actor_id, wait_result
 from raystream.errors import (
     BrokerNotAvailableError,
     CommitFailedError,
@@ -37,6 +36,7 @@ from raystream.errors import (
 )
 from raystream.groups.assignors import COOPERATIVE, get_assignor
 from raystream.groups.group import NO_GENERATION
+from raystream.transport import answered, cancel, current_actor_id, wait_result
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)

@@ -88,6 +88,27 @@ class ProduceRequest:
         """The request's rows as a compact batch (what goes over the wire)."""
         return compact(self.view())
 
+    def split(self) -> tuple[ProduceRequest, ProduceRequest]:
+        """Two requests holding this one's first and second half of the rows, in its
+        place in the result (the leader refused this one as too large)."""
+        half = self.rows // 2
+        left_size = self.size_bytes * half // self.rows
+        sizes = left_size, self.size_bytes - left_size
+        if self.indices is None:
+            parts = (self.batch.slice(0, half), None), (self.batch.slice(half), None)
+        else:
+            parts = (self.batch, self.indices[:half]), (self.batch, self.indices[half:])
+        left, right = (
+            ProduceRequest(
+                self.topic, self.partition, batch, self.result, start, self.created, indices, size
+            )
+            for (batch, indices), start, size in zip(
+                parts, (self.start, self.start + half), sizes, strict=True
+            )
+        )
+        self.result._split_request(self, left, right)
+        return left, right
+
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         """Record success (``base_offset`` -1 with acks=0)."""
         self.base_offset = base_offset
@@ -159,6 +180,16 @@ class ProduceResult:
         self._pending = len(requests)
         if not requests:
             self._finish()
+
+    def _split_request(
+        self, request: ProduceRequest, left: ProduceRequest, right: ProduceRequest
+    ) -> None:
+        """Put ``left`` and ``right`` (its two halves) where ``request`` was."""
+        with self._lock:
+            index = next(i for i, r in enumerate(self.requests) if r is request)
+            self.requests = [*self.requests[:index], left, right, *self.requests[index + 1 :]]
+            self._starts = [r.start for r in self.requests]
+            self._pending += 1
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every record (the chunk could not be built or sent at all)."""

@@ -10,7 +10,7 @@ One daemon thread per producer. Each turn of its loop it
    together as one *batch* (up to ``max_request_size``), encoded once as an Arrow IPC
    stream, as ``produce(records, acks, request_timeout_ms, compression, producer_id,
    producer_epoch, base_sequence)`` on the leader's direct path (a Ray call where it
-   has none, see :func:`~raystream.client.transport.call`);
+   has none, see :func:`~raystream.transport.call`);
 3. takes in the answers that arrived and completes the requests they answer, then
    sleeps until there is something to do: a chunk ready, an answer (each call's
    future notifies the loop when it completes), a linger, backoff or
@@ -103,7 +103,6 @@ from raystream.client.accumulator import (
 )
 from raystream.client.metrics import ProducerMetrics, payload_bytes
 from raystream.client.results import ProduceRequest
-from raystream.client.transport import call, is_dead_actor_error, is_lost_call_error
 from raystream.config import ProducerConfig
 from raystream.errors import (
     BrokerNotAvailableError,
@@ -112,10 +111,12 @@ from raystream.errors import (
     OutOfOrderSequenceError,
     RaystreamError,
     RaystreamTimeoutError,
+    RecordTooLargeError,
 )
 from raystream.log.batch import BatchEncoder, payload_size
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import INLINE_BYTES, NONE
+from raystream.transport import call, is_dead_actor_error, is_lost_call_error
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +179,8 @@ class _Batch:
 
     Fixed once sent: retries resend the same rows with the same producer epoch and
     base sequence (changed only when the partition's sequence restarts). ``order``
-    ranks the batches of a partition as they were first sent.
+    ranks the batches of a partition as they were first sent: a tuple, so the halves
+    of a batch split because the leader refused it as too large rank in its place.
     """
 
     __slots__ = (
@@ -196,7 +198,7 @@ class _Batch:
         "topic",
     )
 
-    def __init__(self, requests: list[ProduceRequest], order: int) -> None:
+    def __init__(self, requests: list[ProduceRequest], order: tuple[int, ...]) -> None:
         first = requests[0]
         self.requests = requests
         self.topic = first.topic
@@ -226,6 +228,35 @@ class _Batch:
                 rows = pa.concat_batches([r.view() for r in self.requests])
                 self.payload = encode_records(encoder, rows)
         return self.payload
+
+    def split(self) -> tuple[_Batch, _Batch]:
+        """Two batches of this one's first and second half of the rows (at a request
+        boundary when it has several requests), ordered in its place: their orders
+        extend its own, so they sort after every earlier batch and before every later
+        one. An idempotent batch's sequence range is shared out the same way: the
+        halves take ``base_sequence`` and ``base_sequence + rows of the first``, so the
+        sequences the partition's later batches carry stay right."""
+        requests = self.requests
+        if len(requests) == 1:
+            left_requests, right_requests = map(list, zip(requests[0].split(), strict=True))
+        else:
+            rows = 0
+            cut = len(requests) - 1
+            for index, request in enumerate(requests[:-1]):
+                rows += request.rows
+                if 2 * rows >= self.rows:
+                    cut = index + 1
+                    break
+            left_requests, right_requests = requests[:cut], requests[cut:]
+        left = _Batch(left_requests, (*self.order, 0))
+        right = _Batch(right_requests, (*self.order, 1))
+        for half in (left, right):
+            half.producer_epoch = self.producer_epoch
+            half.created = self.created
+        if self.base_sequence >= 0:
+            left.base_sequence = self.base_sequence
+            right.base_sequence = next_sequence(self.base_sequence, left.rows)
+        return left, right
 
     def complete(self, base_offset: int, log_append_time: int = -1) -> None:
         """Every request succeeded; the rows sit at consecutive offsets from ``base_offset``."""
@@ -608,7 +639,7 @@ class Sender(threading.Thread):
             size += request.size_bytes
         self._queued -= len(group) - 1
         queue.pending_bytes -= size
-        batch = _Batch(group, next(self._order))
+        batch = _Batch(group, (next(self._order),))
         if self.idempotent:
             if queue.producer_epoch < 0:  # queued before the producer id was known
                 queue.producer_epoch = self._producer_epoch
@@ -682,6 +713,9 @@ class Sender(threading.Thread):
             retriable = True
             if all(order >= batch.order for order in queue.unacked):
                 queue.resequence = True  # the leader lost acknowledged batches
+        if isinstance(error, RecordTooLargeError) and batch.rows > 1:
+            self._split(queue, batch)
+            return
         if not retriable:
             self._fail_batch(batch, error)
             return
@@ -698,6 +732,22 @@ class Sender(threading.Thread):
         queue.backoff_until = now + config.retry_backoff_ms / 1000
         queue.put_back(batch)
         self._queued += 1
+
+    def _split(self, queue: _PartitionQueue, batch: _Batch) -> None:
+        """Resend a batch the leader refused as too large as its two halves, in its place.
+
+        As Kafka's producer does: only a single record over ``max.message.bytes`` fails
+        (a half of one record is that record). A split is no retry: the halves start
+        with no attempts. The refused batch was not written, so its halves take its
+        sequence numbers (see :meth:`_Batch.split`) and nothing else is renumbered.
+        """
+        logger.debug("splitting %r, refused as too large", batch)
+        unacked = queue.unacked.pop(batch.order, None) is not None
+        for half in batch.split():
+            if unacked:
+                queue.unacked[half.order] = half
+            queue.put_back(half)
+        self._queued += 2
 
     def _fail_batch(self, batch: _Batch, error: BaseException) -> None:
         """Fail a batch's records; an idempotent partition must then renumber."""
@@ -819,7 +869,9 @@ class Sender(threading.Thread):
 
 
 def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes | pa.Buffer:
-    """``batch`` as one self-contained Arrow IPC stream (what a produce call carries).
+    """``batch`` as one self-contained payload (what a produce call carries): compact for
+    a small batch of the record layout, else an Arrow IPC stream (see
+    :mod:`raystream.log.batch`).
 
     Bytes when small: Ray passes those inline with the call. A larger stream is one
     Arrow buffer, which Ray moves out of band into its object store, where bytes would

@@ -63,6 +63,26 @@ def is_internal(name: str) -> bool:
     return name.startswith(INTERNAL_PREFIX)
 
 
+def check_not_internal(name: object, action: str) -> None:
+    """Refuse a client's ``action`` (create, delete, grow, alter) on an internal topic.
+
+    The cluster alone creates and sizes ``__consumer_offsets`` and
+    ``__transaction_state`` and keeps its metadata under ``__cluster_metadata``: a client
+    that deleted, grew or re-configured them would lose every group's offsets or break
+    the coordinators' mapping of ids to partitions, as Kafka's rule says. Moving their
+    replicas and electing their leaders stay allowed: those change neither their
+    records nor their partition count, and an operator needs them to retire a node.
+
+    Raises:
+        InvalidTopicError: naming the topic and the refused action.
+    """
+    if isinstance(name, str) and is_internal(name):
+        raise InvalidTopicError(
+            f"cannot {action} topic {name!r}: names starting with {INTERNAL_PREFIX!r} are "
+            "internal topics, which only the cluster creates and changes"
+        )
+
+
 @dataclass
 class PartitionState:
     """One partition's replica set and leadership.
@@ -96,6 +116,16 @@ class TopicState:
 
     ``config`` holds only the overrides given at creation or alteration (Kafka's dotted
     names); ``value_schema`` is the serialized Arrow schema of a typed topic.
+
+    ``creating_from`` makes creation atomic: the controller records the whole intended
+    topic (or its added partitions) before it starts any replica, with
+    ``creating_from`` the index of the first partition whose replicas are not all
+    serving yet (0: the whole topic). Clients see only the partitions before it (a
+    topic being created does not exist for them), so a topic appears whole or not at
+    all; once every new replica serves, the controller records it again with None. A
+    creation that fails is rolled back (replicas deleted, record removed); one left
+    behind by a controller that died is finished, or rolled back, by the restarted
+    controller.
     """
 
     name: str
@@ -103,6 +133,13 @@ class TopicState:
     partitions: list[PartitionState]
     config: dict[str, Any] = field(default_factory=dict)
     value_schema: bytes | None = None
+    creating_from: int | None = None
+
+    def visible_partitions(self) -> list[PartitionState]:
+        """The partitions clients see: those whose replicas all started."""
+        if self.creating_from is None:
+            return self.partitions
+        return self.partitions[: self.creating_from]
 
     def schema(self) -> pa.Schema | None:
         """The typed topic's value schema, or None for a byte topic."""

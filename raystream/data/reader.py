@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from raystream.client.transport import wait_result
 from raystream.data.offsets import PartitionRange
 from raystream.errors import LeaderNotAvailableError, RaystreamError, RaystreamTimeoutError
+from raystream.transport import wait_result
 
 FETCH_MAX_BYTES = 8 << 20
 """Bytes one fetch asks the leader for (at least one whole stored batch comes back)."""

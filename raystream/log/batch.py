@@ -1,4 +1,5 @@
-"""The on-disk batch format: a fixed header followed by one Arrow IPC stream.
+"""The on-disk batch format: a fixed header followed by a payload, an Arrow IPC stream
+or, for a small batch of the record layout, a compact payload.
 
 A stored batch is::
 
@@ -19,14 +20,36 @@ A stored batch is::
     53      4     base_sequence
     57      4     record_count
     61      3     (padding: keeps the payload 8-byte aligned for zero-copy reads)
-    64      ...   payload: an Arrow IPC stream (schema, one record batch, end marker)
+    64      ...   payload: an Arrow IPC stream (schema, one record batch, end marker),
+                  or a compact payload (see below)
 
 The field order and the CRC's coverage follow Kafka's RecordBatch v2, so the leader can
 stamp ``base_offset`` and ``partition_leader_epoch`` without recomputing the checksum.
-The payload is a standard Arrow IPC stream, readable by any Arrow tool; per-batch body
-compression (lz4, zstd) is Arrow's own. A compacted batch keeps its base offset and
-``last_offset_delta`` but holds fewer rows; it carries the surviving rows' offsets in
-an extra ``__offset`` column and sets the explicit-offsets attribute.
+A compacted batch keeps its base offset and ``last_offset_delta`` but holds fewer rows;
+it carries the surviving rows' offsets in an extra ``__offset`` column and sets the
+explicit-offsets attribute.
+
+Payloads. A large batch's payload is a standard Arrow IPC stream, readable by any Arrow
+tool and read zero-copy; per-batch body compression (lz4, zstd) is Arrow's own. Its
+framing (the schema message, the batch's flatbuffer, buffer padding) is about a
+kilobyte whatever the batch holds, which is nothing next to a full batch but six times
+a one-record batch of a 100-byte value (Kafka's whole batch is 170 bytes). So a batch of
+the record layout (byte topics, the internal topics, markers) under
+:data:`~raystream.log.compact.COMPACT_MAX_BYTES` is stored as a *compact payload*
+instead (:mod:`raystream.log.compact`: a columnar encoding with one integer width per
+column, decoded back into the same Arrow arrays), about Kafka's size.
+
+Why not a topic's schema stored once per log, with schema-less IPC messages per batch:
+that still leaves the record-batch message's ~600 bytes of flatbuffer and padding per
+batch, and makes every batch depend on something outside it, where today a batch is
+decoded alone wherever it goes (a fetch, a follower's copy, the producer's call).
+
+Which encoding a payload has is its first byte: an Arrow IPC stream starts with the
+continuation marker 0xff, a compact payload with :data:`~raystream.log.compact.TAG`. So
+every reader that holds only a payload (the leader decoding a produce call, the cleaner,
+truncation) decodes either without the header, and batches written before the compact
+payload existed (all Arrow IPC streams) read as they always did. The CRC covers the
+payload either way, and followers copy batches as bytes, whatever their encoding.
 
 Transactions: a producer's batches inside a transaction set the transactional bit; the
 transaction coordinator ends it on every partition with a *marker*, a control batch of
@@ -47,6 +70,7 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.errors import CorruptRecordError
+from raystream.log import compact
 
 HEADER = struct.Struct("<qiiBIhiqqqhii3x")
 HEADER_SIZE = HEADER.size
@@ -69,7 +93,7 @@ ATTR_EXPLICIT_OFFSETS = 0x80
 
 OFFSET_COLUMN = "offset"
 """Column every read adds: the record's offset in the partition."""
-EXPLICIT_OFFSET_COLUMN = "__offset"
+EXPLICIT_OFFSET_COLUMN = compact.EXPLICIT_OFFSET_COLUMN
 """Column a compacted batch stores its surviving rows' offsets in."""
 
 assert HEADER_SIZE == 64
@@ -213,16 +237,22 @@ class BatchEncoder:
         self._schema: pa.Schema | None = None
         self._schema_message = b""
         self._has_dictionaries = False
+        self._record_layout = False
 
     def payload(self, batch: pa.RecordBatch, compression: str | None) -> list[Piece]:
-        """The pieces of ``batch``'s Arrow IPC stream (schema, batch, end of stream)."""
+        """The pieces of ``batch``'s payload: compact when it is a small batch of the
+        record layout (see :mod:`raystream.log.compact`), else its Arrow IPC stream
+        (schema, batch, end of stream)."""
         schema = batch.schema
         if self._schema is None or not (
             schema is self._schema or schema.equals(self._schema, check_metadata=True)
         ):
             self._schema_message = schema.serialize().to_pybytes()
             self._has_dictionaries = any(_has_dictionaries(field.type) for field in schema)
+            self._record_layout = compact.is_record_layout(schema)
             self._schema = schema
+        if self._record_layout and compact.eligible(batch):
+            return compact.encode(batch, compression)
         if compression is None and not self._has_dictionaries:
             return [self._schema_message, batch.serialize(), END_OF_STREAM]
         sink = pa.BufferOutputStream()
@@ -319,11 +349,18 @@ class PayloadDecoder:
         self, buffer: pa.Buffer, start: int, end: int
     ) -> tuple[pa.Schema, pa.RecordBatch]:
         """:meth:`decode_with_schema` of the payload at ``buffer[start:end]``, without
-        cutting it out first (a read decodes every batch of a segment this way)."""
+        cutting it out first (a read decodes every batch of a segment this way).
+
+        The payload's first byte tells its encoding: 0xff starts an Arrow IPC stream,
+        :data:`~raystream.log.compact.TAG` a compact payload.
+        """
+        view = memoryview(buffer)
+        if end > start and view[start] == compact.TAG:
+            return compact.decode(buffer, start, end)
         (metadata_size,) = _EPOCH.unpack_from(buffer, start + 4)
         schema_end = start + 8 + metadata_size
         # memoryview and slice(): a third of the cost of Buffer's [a:b] per batch.
-        key = memoryview(buffer)[start:schema_end].tobytes()
+        key = view[start:schema_end].tobytes()
         cached = self._schemas.get(key)
         if cached is None:
             schema = pa.ipc.read_schema(pa.py_buffer(key))

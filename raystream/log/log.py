@@ -52,6 +52,7 @@ from raystream.log.batch import (
     verify_crc,
 )
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
+from raystream.log.compact import kafka_batch_size
 from raystream.log.config import LogConfig
 from raystream.log.epoch import LeaderEpochCache
 from raystream.log.segment import LOG_SUFFIX, LogSegment
@@ -274,7 +275,8 @@ class Log:
 
         Raises:
             InvalidRecordError: empty batch, reserved column, or not Arrow data.
-            RecordTooLargeError: the encoded batch exceeds ``max.message.bytes``.
+            RecordTooLargeError: the batch exceeds ``max.message.bytes`` (see
+                :meth:`_check_message_size`).
         """
         record_batch = _single_batch(batch)
         with self._lock:
@@ -316,10 +318,7 @@ class Log:
                 record_count=count,
             )
             if header.size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {count} records is {header.size} bytes, over the "
-                    f"topic's max.message.bytes={config.max_message_bytes}"
-                )
+                self._check_message_size(record_batch, header.size)
             # Rolling moves the batch to a new segment; its offsets stay as encoded.
             self._maybe_roll(header.size, base_offset + count - 1, max_timestamp)
             self._segments[-1].append(pieces, (header,))
@@ -327,6 +326,28 @@ class Log:
                 self.leader_epochs.assign(partition_leader_epoch, base_offset)
             self._after_append(count, now)
             return base_offset, base_offset + count - 1
+
+    def _check_message_size(self, batch: pa.RecordBatch, stored_size: int) -> None:
+        """Refuse a batch over ``max.message.bytes`` as a Kafka user counts it.
+
+        The limit holds for the smaller of the batch's stored size and its size in
+        Kafka's record batch v2 format (61 bytes plus each record's fields, as
+        :func:`~raystream.log.compact.kafka_batch_size` counts them): a batch Kafka
+        would take is taken, whatever Arrow's framing adds to a large batch, and a
+        compressed batch counts compressed, as in Kafka. Called only for a batch whose
+        stored size is over the limit, so the common append pays nothing for it.
+
+        Raises:
+            RecordTooLargeError: naming the topic partition, both sizes and the limit.
+        """
+        limit = self._config.max_message_bytes
+        kafka_size = kafka_batch_size(batch)
+        if min(kafka_size, stored_size) > limit:
+            raise RecordTooLargeError(
+                f"log {os.path.basename(self.directory)}: a batch of {batch.num_rows} records is "
+                f"{kafka_size} bytes in Kafka's record-batch format ({stored_size} bytes as "
+                f"stored), over the topic's max.message.bytes={limit}"
+            )
 
     def _schema_facts(self, schema: pa.Schema) -> _SchemaFacts:
         """What appending needs to know about ``schema``, worked out once per schema.

@@ -37,11 +37,11 @@ import pyarrow as pa
 from raystream.client.accumulator import rows_per_request
 from raystream.client.partitioner import partitions_for_keys
 from raystream.client.sender import encode_records
-from raystream.client.transport import outcome
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import NO_PRODUCER_ID
 from raystream.records import batch_from_table
+from raystream.transport import outcome
 from raystream.wire import Channel, Endpoint
 
 IN_FLIGHT_BATCHES = 4

@@ -157,7 +157,7 @@ def test_a_closed_channel_fails_waiting_and_later_calls_as_retriable(served: Loo
 def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster) -> None:
     import ray
 
-    from raystream.client.transport import call, outcome
+    from raystream.transport import call, outcome
 
     shared_cluster.admin().create_topic("wired")
     leader = shared_cluster.topic_metadata("wired").partitions[0].leader_handle
@@ -187,7 +187,7 @@ def test_calls_take_the_direct_path_and_find_a_restarted_replica(shared_cluster)
 def test_an_actor_without_a_direct_path_gets_ray_calls(local_ray) -> None:
     import ray
 
-    from raystream.client.transport import call, outcome
+    from raystream.transport import call, outcome
 
     @ray.remote(num_cpus=0)
     class Plain:

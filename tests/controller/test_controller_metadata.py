@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pyarrow as pa
 import pytest
 
 from raystream.controller.metadata import (
     PartitionState,
     TopicState,
+    check_not_internal,
     is_internal,
     validate_count,
     validate_topic_name,
 )
-from raystream.controller.placement import is_spread, place_replicas, rebind_restarted_nodes
+from raystream.controller.placement import (
+    REPLICA_MEMORY_BYTES,
+    check_capacity,
+    is_spread,
+    place_replicas,
+    rebind_restarted_nodes,
+    replica_limits,
+)
 from raystream.controller.producer_ids import ProducerIdBlocks
 from raystream.errors import (
     IllegalStateError,
@@ -157,3 +167,59 @@ def test_a_restart_from_the_durable_block_end_never_repeats_an_id() -> None:
     again = ProducerIdBlocks(reserved_end=first.reserved_end, block_size=10)
     again.reserved(again.block_to_reserve())
     assert again.next_id() == 10 and 10 not in handed
+
+
+INTERNAL = ["__consumer_offsets", "__transaction_state", "__cluster_metadata"]
+
+
+@pytest.mark.parametrize("name", INTERNAL)
+@pytest.mark.parametrize("action", ["create", "delete", "add partitions to", "alter the config of"])
+def test_client_changes_to_internal_topics_are_refused_by_name(name: str, action: str) -> None:
+    with pytest.raises(InvalidTopicError, match=f"cannot {action} topic '{name}'.*internal"):
+        check_not_internal(name, action)
+    assert not InvalidTopicError.retriable
+
+
+def test_other_topics_may_be_changed() -> None:
+    for name in ("orders", "_single_underscore", "a__b"):
+        check_not_internal(name, "delete")
+
+
+def test_a_topic_being_created_shows_clients_only_its_finished_partitions() -> None:
+    partitions = [PartitionState(p, [0], {0: "n1"}, leader=0) for p in range(3)]
+    topic = TopicState("t", "id", partitions, creating_from=0)
+    assert topic.visible_partitions() == []
+    topic.creating_from = 2  # partitions 2.. are being added
+    assert topic.visible_partitions() == partitions[:2]
+    assert TopicState.from_json(topic.to_json()) == topic
+    topic.creating_from = None
+    assert topic.visible_partitions() == partitions
+
+
+def test_a_record_written_before_atomic_creation_reads_as_created() -> None:
+    record = TopicState("t", "id", []).to_json().replace('"creating_from": null, ', "")
+    assert "creating_from" not in record
+    assert TopicState.from_json(record).creating_from is None
+
+
+def test_replica_limits_come_from_node_memory_unless_configured() -> None:
+    memory = {"big": 64 * REPLICA_MEMORY_BYTES + 1, "tiny": 1000.0}
+    assert replica_limits(memory, 0) == {"big": 64, "tiny": 1}
+    assert replica_limits(memory, 5) == {"big": 5, "tiny": 5}
+
+
+def test_placement_up_to_each_nodes_limit_is_accepted() -> None:
+    placement = place_replicas(["a", "b"], 4, 2)  # 4 replicas on each node
+    check_capacity("t", placement, Counter({"a": 1, "b": 1}), {"a": 5, "b": 5})
+
+
+def test_placement_over_a_nodes_limit_is_refused_naming_count_and_limit() -> None:
+    placement = place_replicas(["a", "b"], 6, 1)  # 3 replicas on each node
+    existing = Counter({"a": 2, "b": 0})
+    with pytest.raises(InvalidPartitionsError) as refused:
+        check_capacity("big", placement, existing, {"a": 4, "b": 4})
+    message = str(refused.value)
+    assert "6 new partitions of topic 'big'" in message
+    assert "5 replicas on node a, over its limit of 4" in message
+    assert "room for 6 more replicas" in message
+    assert not refused.value.retriable

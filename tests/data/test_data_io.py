@@ -212,14 +212,19 @@ def test_iter_topic_follows_the_live_end(
 ) -> None:
     topic = make_topic(partitions=2)
     produce(shared_cluster, topic, 50)
-    batches = rs.data.iter_topic(shared_cluster, topic, batch_size=40, idle_timeout_ms=15_000)
+    # The idle timeout is a safety net only: the loop ends once it has seen every record.
+    batches = rs.data.iter_topic(shared_cluster, topic, batch_size=40, idle_timeout_ms=60_000)
     first = next(batches)
     assert 0 < first.num_rows <= 40
+    errors: list[BaseException] = []
 
     def later() -> None:
-        producer = shared_cluster.producer()
-        producer.send_batch(topic, pa.table({"value": [b"late-%d" % i for i in range(30)]}))
-        producer.close()
+        try:
+            producer = shared_cluster.producer()
+            producer.send_batch(topic, pa.table({"value": [b"late-%d" % i for i in range(30)]}))
+            producer.close()
+        except BaseException as error:  # raised below, in the test's thread
+            errors.append(error)
 
     writer = threading.Thread(target=later)
     seen = [first]
@@ -227,11 +232,19 @@ def test_iter_topic_follows_the_live_end(
         seen.append(batch)
         if writer.ident is None:
             writer.start()  # produce once the iterator has caught up with the end
-    writer.join()
+        if sum(t.num_rows for t in seen) >= 80:
+            break
+    batches.close()
+    writer.join(60)
+    assert not errors, errors
     values = pa.concat_tables(seen).column("value").to_pylist()
-    assert len(values) == 80
-    assert sum(v.startswith(b"late-") for v in values) == 30
+    assert sorted(values) == sorted(
+        [b"value-%d" % i for i in range(50)] + [b"late-%d" % i for i in range(30)]
+    )
     assert all(t.num_rows <= 40 for t in seen)
+    # With nothing new, an iteration ends after its idle timeout.
+    idle = rs.data.iter_topic(shared_cluster, topic, starting_offsets="latest", idle_timeout_ms=300)
+    assert list(idle) == []
 
 
 def test_read_and_write_tasks_take_ray_remote_args(

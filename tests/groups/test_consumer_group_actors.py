@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import pytest
-import ray
 
 from raystream.client.consumer_group import ConsumerGroup
 from raystream.errors import InvalidRequestError
@@ -44,13 +43,6 @@ def processed(path: str) -> list[tuple[int, int]]:
         return [tuple(map(int, line.split())) for line in f if line.strip()]
 
 
-def wait_for(condition: Any, timeout_s: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s"
-        time.sleep(0.2)
-
-
 def produce(cluster: Any, topic: str, start: int, count: int) -> None:
     producer = cluster.producer(linger_ms=2)
     for i in range(start, start + count):
@@ -59,7 +51,9 @@ def produce(cluster: Any, topic: str, start: int, count: int) -> None:
 
 
 @pytest.mark.slow
-def test_member_actors_scale_survive_a_kill_and_skip_nothing(shared_cluster, make_topic, tmp_path):
+def test_member_actors_scale_survive_a_kill_and_skip_nothing(
+    shared_cluster, make_topic, tmp_path, chaos, wait_until
+):
     topic = make_topic(partitions=6)
     path = str(tmp_path / "processed.txt")
     produce(shared_cluster, topic, 0, 3000)
@@ -71,22 +65,26 @@ def test_member_actors_scale_survive_a_kill_and_skip_nothing(shared_cluster, mak
         def shares() -> list[int]:
             return sorted(len(s.get("assignment", [])) for s in group.status())
 
-        wait_for(lambda: shares() == [2, 2, 2], what="3 members with 2 partitions each")
-        wait_for(lambda: len(set(processed(path))) == 3000, what="the first 3000 records")
+        def wait_for_shares(expected: list[int], what: str) -> None:
+            wait_until(lambda: shares() == expected, 120, what, interval_s=0.2)
+
+        wait_for_shares([2, 2, 2], "3 members with 2 partitions each")
+        wait_until(lambda: len(set(processed(path))) == 3000, 120, "the first 3000 records")
 
         group.scale(4)
-        wait_for(lambda: shares() == [1, 1, 2, 2], what="a fourth member taking a share")
+        wait_for_shares([1, 1, 2, 2], "a fourth member taking a share")
 
         victim = group.members[0]
-        ray.kill(victim, no_restart=False)  # kill -9; Ray restarts it as a new member
+        chaos.kill_actor(victim, "member 0")  # kill -9; Ray restarts it as a new member
         produce(shared_cluster, topic, 3000, 3000)
-        wait_for(lambda: len(set(processed(path))) == 6000, what="every record after the kill")
-        wait_for(lambda: shares() == [1, 1, 2, 2], what="the restarted member back in")
+        wait_until(lambda: len(set(processed(path))) == 6000, 120, "every record after the kill")
+        chaos.verify()  # member 0 runs in a new process
+        wait_for_shares([1, 1, 2, 2], "the restarted member back in")
         done = processed(path)
         assert {o for _, o in done} >= set(range(1000))  # at least once: nothing skipped
 
         group.scale(2)
-        wait_for(lambda: shares() == [3, 3], what="two members after scaling down")
+        wait_for_shares([3, 3], "two members after scaling down")
         assert all(s["failures"] == 0 for s in group.status())
     finally:
         group.stop()
@@ -95,7 +93,7 @@ def test_member_actors_scale_survive_a_kill_and_skip_nothing(shared_cluster, mak
 
 
 def test_a_failing_function_is_retried_and_its_batch_never_committed(
-    shared_cluster, make_topic, tmp_path
+    shared_cluster, make_topic, tmp_path, wait_until
 ):
     topic = make_topic(partitions=1)
     produce(shared_cluster, topic, 0, 50)
@@ -112,7 +110,7 @@ def test_a_failing_function_is_retried_and_its_batch_never_committed(
 
     group = ConsumerGroup(shared_cluster, [topic], "flaky", flaky, consumer_config=FAST)
     try:
-        wait_for(lambda: len(set(processed(path))) == 50, what="all 50 records")
+        wait_until(lambda: len(set(processed(path))) == 50, 60, "all 50 records")
         (status,) = group.status()
         assert status["failures"] == 1 and "transient failure" in status["last_error"]
         assert sorted(o for _, o in processed(path)) == list(range(50))
@@ -131,12 +129,12 @@ def test_bad_arguments_are_named(shared_cluster, make_topic):
 
 
 @pytest.mark.slow
-def test_autoscaling_follows_the_lag_between_its_bounds(shared_cluster, make_topic):
+def test_autoscaling_follows_the_lag_between_its_bounds(shared_cluster, make_topic, wait_until):
     topic = make_topic(partitions=3)
     produce(shared_cluster, topic, 0, 3000)
 
     def slow(table: Any) -> None:
-        time.sleep(0.05 * table.num_rows / 100)
+        time.sleep(0.05 * table.num_rows / 100)  # slow work, for a lag: not synchronization
 
     group = ConsumerGroup(
         shared_cluster,
@@ -150,8 +148,8 @@ def test_autoscaling_follows_the_lag_between_its_bounds(shared_cluster, make_top
         autoscale_interval_s=1.0,
     )
     try:
-        wait_for(lambda: len(group.members) == 3, what="scaling up to the maximum on lag")
-        wait_for(lambda: group.lag() == 0, timeout_s=120, what="the backlog processed")
-        wait_for(lambda: len(group.members) == 1, what="scaling back down to the minimum")
+        wait_until(lambda: len(group.members) == 3, 60, "scaling up to the maximum on lag")
+        wait_until(lambda: group.lag() == 0, 120, "the backlog processed", interval_s=0.2)
+        wait_until(lambda: len(group.members) == 1, 60, "scaling back down to the minimum")
     finally:
         group.stop()

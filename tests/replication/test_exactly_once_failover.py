@@ -1,10 +1,12 @@
 """Exactly-once consume-transform-produce on a real 3-node Ray, killed at random points.
 
 The exactly-once ConsumerGroup reads a replicated topic and writes a replicated one;
-member actors are killed (Ray restarts them) at seeded random moments, so kills land
-before a send, between send and commit and during a commit, and a leader replica of
-the output is killed too. A read_committed reader of the output then finds each
-input's output exactly once.
+member actors holding partitions are killed (Ray restarts them) at seeded random
+moments while inputs keep coming, so kills land anywhere in a member's loop (before a
+send, between send and commit, during a commit), and a leader replica of the output is
+killed too. Each kill is confirmed (a new process), inputs were committed before the
+first kill and inputs produced after the last one are output. A read_committed reader
+of the output then finds each input's output exactly once.
 """
 
 from __future__ import annotations
@@ -39,15 +41,16 @@ def exclaim() -> Any:
     return transform
 
 
-def wait_for(condition: Any, timeout_s: float, what: str, group: Any = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        status = group.status() if group is not None else ""
-        assert time.monotonic() < deadline, f"{what} not reached in {timeout_s} s {status}"
-        time.sleep(1.0)
+def serving_leader(admin: Any, topic: str) -> list[int] | None:
+    """``[leader]`` of partition 0 while it has a serving leader (a truthy value even for
+    replica 0, for ``wait_until``), else None."""
+    leader = admin.describe_topic(topic).partitions[0].leader
+    return [leader] if leader >= 0 else None
 
 
-def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated, read_all) -> None:
+def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(
+    replicated, read_all, chaos, wait_until
+) -> None:
     admin = replicated.admin()
     admin.create_topic("in", partitions=3, replication_factor=3)
     admin.create_topic("out", partitions=3, replication_factor=3)
@@ -61,22 +64,50 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(replicated, 
         replicated, "in", "eos-job", exclaim(), members=2, consumer_config=FAST, output_topic="out"
     )
     rng = random.Random(447)
+
+    def holds_partitions(index: int) -> bool:
+        status = group.status()[index]
+        return bool(status.get("assignment"))
+
     try:
-        wait_for(lambda: group.lag() < FIRST, 120, "the job under way", group)
+        wait_until(
+            lambda: group.lag() < FIRST,
+            120,
+            "inputs committed (the job under way)",
+            interval_s=1.0,
+            detail=group.status,
+        )
         with replicated.producer(linger_ms=2) as producer:
             for kill in range(4):
-                time.sleep(rng.uniform(0.5, 2.5))
-                ray.kill(group.members[rng.randrange(2)], no_restart=False)
+                index = rng.randrange(2)
+                wait_until(
+                    lambda index=index: holds_partitions(index),
+                    120,
+                    f"member {index} holding partitions",
+                    interval_s=0.2,
+                    detail=group.status,
+                )
+                time.sleep(rng.uniform(0, 1))  # a random moment of its work: not synchronization
+                chaos.kill_actor(group.members[index], f"member {index} (kill {kill + 1})")
                 if kill == 2:  # and the leader of an output partition
-                    leader = admin.describe_topic("out").partitions[0].leader
+                    (leader,) = wait_until(
+                        lambda: serving_leader(admin, "out"), 30, "a serving leader of out-0"
+                    )
                     handle = ray.get_actor(
                         f"replica:out:0:{leader}", namespace=replicated.namespace
                     )
-                    ray.kill(handle, no_restart=False)
+                    chaos.kill_actor(handle, f"leader {leader} of out-0")
                 start = FIRST + kill * MORE
                 for i in range(start, start + MORE):
                     producer.send("in", value=str(i).encode(), key=str(i).encode())
-        wait_for(lambda: group.lag() == 0, 240, "every input committed", group)
+        wait_until(
+            lambda: group.lag() == 0,
+            240,
+            "every input committed",
+            interval_s=1.0,
+            detail=group.status,
+        )
+        chaos.verify(min_faults=5)  # before the stop, which ends the members for good
     finally:
         group.stop()
     values = read_all(replicated, "out", "read_committed", 3)

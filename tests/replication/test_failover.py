@@ -3,14 +3,19 @@ watermark never goes back.
 
 A verifiable producer (acks=all, records numbered) writes at a steady rate while a
 failure is injected; a verifiable consumer then reads the partition from the start.
-Needs its own multi-node Ray cluster (see this directory's conftest).
+Each test also shows that its fault happened (Ray reports the killed actor back in a
+new process, or the node dead) and that it saw the claim through the fault: records
+acknowledged before the fault and sent and acknowledged after Ray reported it, the high
+watermark sampled on both sides. Needs its own multi-node Ray cluster (see this
+directory's conftest).
 """
 
 from __future__ import annotations
 
-import threading
+import itertools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import ray
@@ -22,63 +27,82 @@ pytestmark = pytest.mark.slow
 
 RATE = 400
 SECONDS = 4.0
+AFTER_S = 0.5
+"""How long sending goes on after Ray reported the last fault."""
 
 
-class HighWatermarkWatch:
-    """Samples a partition's high watermark from the controller's describe, in a thread,
-    and records whether it ever went backwards."""
+class SteadyProducer:
+    """Sends numbered records at RATE/s with acks=all, recording when each was sent and
+    when it was acknowledged."""
 
     def __init__(self, cluster: rs.Cluster, topic: str) -> None:
-        self.admin = cluster.admin()
         self.topic = topic
-        self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        self.producer = cluster.producer(
+            acks="all", linger_ms=2, delivery_timeout_ms=60_000, request_timeout_ms=5_000
+        )
+        self.sent_at: list[float] = []
+        self.acked_at: dict[int, float] = {}
+        self.failed: list[BaseException] = []
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                hw = self.admin.describe_topic(self.topic).partitions[0].high_watermark
-                if hw >= 0:
-                    self.samples.append(hw)
-            except Exception:
-                pass
-            self._stop.wait(0.1)
+    def run(
+        self,
+        chaos: Any,
+        failure: Callable[[], Any],
+        failure_at: float = 1.0,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Send for SECONDS and call ``failure`` once, ``failure_at`` seconds in and once
+        ``ready()`` (e.g. a watch has its samples before the fault). When it injected
+        faults, go on until its fault loops have ended and for AFTER_S after Ray
+        reported the last fault; then wait for every acknowledgement."""
+        start = time.monotonic()
+        until = start + SECONDS
+        injected = extended = False
+        deadline = start + 120
+        i = 0
+        while True:
+            now = time.monotonic()
+            assert now < deadline, (
+                f"still sending after {now - start:.0f} s: fault injected={injected}, "
+                f"fault loops running={chaos.running}"
+            )
+            if not injected:
+                if now - start >= failure_at and ready():
+                    injected = True
+                    failure()
+            elif now >= until:
+                if chaos.running:
+                    pass  # the fault loop is still at work: keep the load on
+                elif chaos.faults and not extended:
+                    extended = True
+                    until = max(until, chaos.confirm() + AFTER_S)
+                else:
+                    break
+            self.sent_at.append(time.monotonic())
+            future = self.producer.send(self.topic, value=str(i).encode())
+            future.add_callback(lambda _md, i=i: self.acked_at.__setitem__(i, time.monotonic()))
+            future.add_errback(self.failed.append)
+            i += 1
+            delay = start + i / RATE - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)  # paces the load at RATE/s: not synchronization
+        self.producer.flush(timeout=90)
+        self.producer.close()
+        assert not self.failed, f"records failed: {self.failed[:3]}"
+        assert len(self.acked_at) == len(self.sent_at), "records neither acknowledged nor failed"
 
-    def stop(self) -> list[int]:
-        self._stop.set()
-        self._thread.join()
-        return self.samples
+    def acked(self) -> list[int]:
+        """The acknowledged record numbers."""
+        return sorted(self.acked_at)
 
-
-def steady_produce(
-    cluster: rs.Cluster, topic: str, failure: Callable[[], None], failure_at: float = 1.0
-) -> list[int]:
-    """Send numbered records for SECONDS at RATE/s with acks=all; inject ``failure``
-    after ``failure_at`` seconds; return the numbers that were acknowledged."""
-    producer = cluster.producer(
-        acks="all", linger_ms=2, delivery_timeout_ms=60_000, request_timeout_ms=5_000
-    )
-    acked: list[int] = []
-    failed: list[BaseException] = []
-    total = int(RATE * SECONDS)
-    injected = False
-    start = time.perf_counter()
-    for i in range(total):
-        future = producer.send(topic, value=str(i).encode())
-        future.add_callback(lambda _md, i=i: acked.append(i))
-        future.add_errback(failed.append)
-        if not injected and time.perf_counter() - start >= failure_at:
-            injected = True
-            failure()
-        delay = start + (i + 1) / RATE - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-    producer.flush(timeout=90)
-    producer.close()
-    assert not failed, f"records failed: {failed[:3]}"
-    return acked
+    def check_through(self, chaos: Any) -> None:
+        """Fail unless records were acknowledged before the first fault, and records sent
+        after Ray reported the last fault were acknowledged too (``run`` checked that
+        every record sent was)."""
+        chaos.assert_around(self.acked_at.values(), "acknowledgements")
+        confirmed = chaos.confirm()
+        after = sum(t > confirmed for t in self.sent_at)
+        assert after, "no record was sent after the last fault took effect"
 
 
 def consume_all(cluster: rs.Cluster, topic: str) -> list[int]:
@@ -88,39 +112,50 @@ def consume_all(cluster: rs.Cluster, topic: str) -> list[int]:
     consumer.assign([tp])
     end = consumer.end_offsets([tp])[tp]
     values: list[int] = []
-    deadline = time.time() + 60
-    while consumer.position(tp) < end and time.time() < deadline:
+    deadline = time.monotonic() + 60
+    while consumer.position(tp) < end:
+        assert time.monotonic() < deadline, f"stuck at {consumer.position(tp)} of {end}"
         for records in consumer.poll(timeout_ms=500).values():
             values.extend(int(r.value) for r in records)
     consumer.close()
     return values
 
 
-def verify(acked: list[int], consumed: list[int], samples: list[int]) -> None:
+def verify(acked: list[int], consumed: list[int], samples: list[int] | None) -> None:
+    assert acked, "nothing was acknowledged"
     missing = set(acked) - set(consumed)
     assert not missing, f"{len(missing)} acknowledged records lost, e.g. {sorted(missing)[:5]}"
     assert len(consumed) == len(set(consumed)), "records written twice (idempotence is on)"
     first_seen = list(dict.fromkeys(consumed))
     assert first_seen == sorted(first_seen), "per-partition order broken"
-    assert samples == sorted(samples), "the high watermark went backwards"
+    if samples is not None:
+        assert samples, "the high watermark was never sampled"
+        backwards = [(a, b) for a, b in itertools.pairwise(samples) if b < a]
+        assert not backwards, f"the high watermark went backwards: {backwards[:3]}"
 
 
-def replica(cluster: rs.Cluster, topic: str, replica_id: int):
+def replica(cluster: rs.Cluster, topic: str, replica_id: int) -> Any:
     return ray.get_actor(f"replica:{topic}:0:{replica_id}", namespace=cluster.namespace)
 
 
 def leader_of(cluster: rs.Cluster, topic: str) -> int:
+    """The leader the controller names, -1 while there is none or it does not answer."""
     return cluster.admin().describe_topic(topic).partitions[0].leader
 
 
-def wait_for(condition, timeout_s: float = 30):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+def elected(cluster: rs.Cluster, topic: str, wait_until: Any, not_: tuple[int, ...] = ()) -> int:
+    """Wait for a serving leader other than those in ``not_``; return its id."""
+    (leader,) = wait_until(
+        lambda: [leader] if (leader := leader_of(cluster, topic)) not in (-1, *not_) else None,
+        60,
+        f"a serving leader of {topic}-0 other than {list(not_)}",
+        interval_s=0.1,
+    )
+    return leader
+
+
+def isr_size(cluster: rs.Cluster, topic: str) -> int:
+    return len(cluster.admin().describe_topic(topic).partitions[0].isr)
 
 
 def make_topic(cluster: rs.Cluster, name: str, **config) -> None:
@@ -129,66 +164,110 @@ def make_topic(cluster: rs.Cluster, name: str, **config) -> None:
     )
 
 
-def run_scenario(cluster: rs.Cluster, topic: str, failure: Callable[[], None]) -> None:
-    watch = HighWatermarkWatch(cluster, topic)
-    acked = steady_produce(cluster, topic, failure)
-    samples = watch.stop()
-    assert len(acked) == int(RATE * SECONDS)
-    verify(acked, consume_all(cluster, topic), samples)
+def run_scenario(
+    cluster: rs.Cluster,
+    topic: str,
+    chaos: Any,
+    watch: Any,
+    failure: Callable[[SteadyProducer], Any],
+    min_faults: int = 1,
+) -> SteadyProducer:
+    """Produce steadily through ``failure`` (given the producer, to pace itself on its
+    acknowledgements), then check that the faults happened, that the test saw them
+    through, and the promises: nothing acknowledged lost, order, the high watermark."""
+    admin = cluster.admin()
+
+    def high_watermark() -> int | None:
+        hw = admin.describe_topic(topic).partitions[0].high_watermark
+        return hw if hw >= 0 else None  # no serving leader right now: no sample
+
+    hw = watch(high_watermark, f"the high watermark of {topic}-0")
+    sender = SteadyProducer(cluster, topic)
+    started = time.monotonic()
+    sender.run(chaos, lambda: failure(sender), ready=lambda: hw.count(after=started) >= 3)
+    chaos.verify(min_faults)
+    sender.check_through(chaos)
+    samples = hw.stop(chaos)
+    verify(sender.acked(), consume_all(cluster, topic), samples)
+    return sender
 
 
-def test_leader_actor_killed(replicated) -> None:
+def test_leader_actor_killed(replicated, chaos, watch, wait_until) -> None:
     make_topic(replicated, "kill-leader")
-    old = leader_of(replicated, "kill-leader")
+    old = elected(replicated, "kill-leader", wait_until)
     run_scenario(
         replicated,
         "kill-leader",
-        lambda: ray.kill(replica(replicated, "kill-leader", old), no_restart=False),
+        chaos,
+        watch,
+        lambda _: chaos.kill_actor(replica(replicated, "kill-leader", old), f"leader {old}"),
     )
-    assert leader_of(replicated, "kill-leader") != old
+    elected(replicated, "kill-leader", wait_until, not_=(old,))
     # The killed replica came back from its disk and rejoined the ISR.
-    wait_for(lambda: len(replicated.admin().describe_topic("kill-leader").partitions[0].isr) == 3)
+    wait_until(lambda: isr_size(replicated, "kill-leader") == 3, 30, "the ISR whole again")
 
 
-def test_follower_actor_killed(replicated) -> None:
+def test_follower_actor_killed(replicated, chaos, watch, wait_until) -> None:
     make_topic(replicated, "kill-follower")
-    follower = next(r for r in (0, 1, 2) if r != leader_of(replicated, "kill-follower"))
+    leader = elected(replicated, "kill-follower", wait_until)
+    follower = next(r for r in (0, 1, 2) if r != leader)
     run_scenario(
         replicated,
         "kill-follower",
-        lambda: ray.kill(replica(replicated, "kill-follower", follower), no_restart=False),
+        chaos,
+        watch,
+        lambda _: chaos.kill_actor(
+            replica(replicated, "kill-follower", follower), f"follower {follower}"
+        ),
     )
-    wait_for(lambda: len(replicated.admin().describe_topic("kill-follower").partitions[0].isr) == 3)
+    wait_until(lambda: isr_size(replicated, "kill-follower") == 3, 30, "the ISR whole again")
 
 
-def test_controller_killed_while_producing(replicated) -> None:
+def test_controller_killed_while_producing(replicated, chaos, watch) -> None:
     make_topic(replicated, "kill-controller")
     controller = ray.get_actor(CONTROLLER_NAME, namespace=replicated.namespace)
-    run_scenario(replicated, "kill-controller", lambda: ray.kill(controller, no_restart=False))
+    run_scenario(
+        replicated,
+        "kill-controller",
+        chaos,
+        watch,
+        lambda _: chaos.kill_actor(controller, "the controller"),
+    )
     assert replicated.admin().list_topics() == ["kill-controller"]
 
 
-def test_repeated_leader_kills_during_a_steady_produce(replicated) -> None:
+def test_repeated_leader_kills_during_a_steady_produce(
+    replicated, chaos, watch, wait_until
+) -> None:
+    """Three leaders killed in turn, each once the previous kill's new leader has taken
+    RATE/4 acknowledgements: every kill meets a partition under load."""
     make_topic(replicated, "kill-often")
+    moves: list[tuple[int, int]] = []
 
-    def kill_leaders() -> None:
+    def kill_leaders(sender: SteadyProducer) -> None:
         def loop() -> None:
-            for _ in range(3):
-                try:
-                    leader = leader_of(replicated, "kill-often")
-                    if leader >= 0:
-                        ray.kill(replica(replicated, "kill-often", leader), no_restart=False)
-                except Exception:
-                    pass
-                time.sleep(1.0)
+            for n in range(3):
+                if chaos.stopping.is_set():
+                    return
+                leader = elected(replicated, "kill-often", wait_until)
+                chaos.kill_actor(replica(replicated, "kill-often", leader), f"leader {leader}")
+                new = elected(replicated, "kill-often", wait_until, not_=(leader,))
+                moves.append((leader, new))
+                acked = len(sender.acked_at)
+                wait_until(
+                    lambda acked=acked: len(sender.acked_at) >= acked + RATE // 4,
+                    60,
+                    f"{RATE // 4} acknowledgements through leader {new} (kill {n + 1})",
+                )
 
-        threading.Thread(target=loop, daemon=True).start()
+        chaos.background(loop, "leader killer")
 
-    run_scenario(replicated, "kill-often", kill_leaders)
+    run_scenario(replicated, "kill-often", chaos, watch, kill_leaders, min_faults=3)
+    assert len(moves) == 3 and all(old != new for old, new in moves), moves
 
 
 def test_an_idempotent_producer_retrying_through_leader_kills_writes_each_record_once(
-    replicated,
+    replicated, chaos, wait_until
 ) -> None:
     """Five calls in flight, short request timeouts, four leader kills: every record
     lands exactly once and in order (records numbered, read back by a consumer)."""
@@ -202,31 +281,48 @@ def test_an_idempotent_producer_retrying_through_leader_kills_writes_each_record
         max_in_flight_requests_per_connection=5,
     )
     total = 6000
-    kills = 0
-    start = time.perf_counter()
+    acked_at: list[float] = []
+    start = time.monotonic()
     for i in range(total):
-        producer.send("once", str(i).encode())
-        if i % 1000 == 999 and kills < 4:
-            leader = wait_for(lambda: leader_of(replicated, "once") + 1) - 1  # elected
-            ray.kill(replica(replicated, "once", leader), no_restart=False)
-            kills += 1
-        delay = start + (i + 1) / 1500 - time.perf_counter()
+        producer.send("once", str(i).encode()).add_callback(
+            lambda _md: acked_at.append(time.monotonic())
+        )
+        if i % 1000 == 999 and len(chaos.kills) < 4:
+            leader = elected(replicated, "once", wait_until)
+            chaos.kill_actor(replica(replicated, "once", leader), f"leader {leader}")
+        delay = start + (i + 1) / 1500 - time.monotonic()
         if delay > 0:
-            time.sleep(delay)
+            time.sleep(delay)  # paces the load at 1,500 records/s: not synchronization
     producer.flush(timeout=90)
     producer.close()
+    chaos.verify(min_faults=4)
+    chaos.assert_around(acked_at, "acknowledgements")
     assert consume_all(replicated, "once") == list(range(total))
 
 
-def test_whole_cluster_stopped_and_restarted(replicated, tmp_path) -> None:
+def test_whole_cluster_stopped_and_restarted(replicated, chaos, wait_until) -> None:
+    """Every actor of the cluster ends (so what is read afterwards came from disk), and
+    a new cluster on the same data dir serves every acknowledged record."""
     make_topic(replicated, "restart-all")
-    acked = steady_produce(replicated, "restart-all", lambda: None)
+    sender = SteadyProducer(replicated, "restart-all")
+    sender.run(chaos, lambda: None)
+    actors = [replica(replicated, "restart-all", r) for r in (0, 1, 2)]
+    actors.append(ray.get_actor(CONTROLLER_NAME, namespace=replicated.namespace))
+    before = {chaos.actor_info(actor)["ActorID"] for actor in actors}
     replicated.shutdown()
+    for actor in actors:
+        wait_until(
+            lambda actor=actor: chaos.actor_info(actor)["State"] == "DEAD",
+            30,
+            f"{actor} ended by the shutdown",
+        )
     again = rs.connect(namespace=replicated.namespace, data_dir=replicated.data_dir)
     try:
         description = again.admin().describe_topic("restart-all")
         assert description.partitions[0].replicas == [0, 1, 2]
-        verify(acked, consume_all(again, "restart-all"), [])
+        after = {chaos.actor_info(replica(again, "restart-all", r))["ActorID"] for r in (0, 1, 2)}
+        assert not after & before, "the restarted cluster runs an actor of the stopped one"
+        verify(sender.acked(), consume_all(again, "restart-all"), None)
     finally:
         again.shutdown()
 
@@ -235,16 +331,11 @@ def node_of(cluster: rs.Cluster, topic: str, replica_id: int) -> str:
     return cluster.admin().describe_topic(topic).partitions[0].nodes[replica_id]
 
 
-def remove_node(ray_nodes, node_id: str) -> None:
-    (node,) = [n for n in ray_nodes.list_all_nodes() if n.node_id == node_id]
-    ray_nodes.remove_node(node)
-
-
-def test_leader_node_removed(replicated, ray_nodes) -> None:
+def test_leader_node_removed(replicated, ray_nodes, chaos, watch, wait_until) -> None:
     # Keep the driver's node: it hosts the controller, and Ray forbids removing it.
     head = ray.get_runtime_context().get_node_id()
     make_topic(replicated, "lose-node")
-    leader = leader_of(replicated, "lose-node")
+    leader = elected(replicated, "lose-node", wait_until)
     if node_of(replicated, "lose-node", leader) == head:
         # Make a replica on another node lead.
         target = next(r for r in (0, 1, 2) if node_of(replicated, "lose-node", r) != head)
@@ -257,26 +348,32 @@ def test_leader_node_removed(replicated, ray_nodes) -> None:
                 ]
             },
         )
-        leader = leader_of(replicated, "lose-node")
+        leader = elected(replicated, "lose-node", wait_until)
     lost_node = node_of(replicated, "lose-node", leader)
+    assert lost_node != head
+    lost_actor = chaos.actor_info(replica(replicated, "lose-node", leader))["ActorID"]
     try:
-        run_scenario(replicated, "lose-node", lambda: remove_node(ray_nodes, lost_node))
+        run_scenario(
+            replicated,
+            "lose-node",
+            chaos,
+            watch,
+            lambda _: chaos.remove_node(ray_nodes, lost_node, f"the node of leader {leader}"),
+        )
+        elected(replicated, "lose-node", wait_until, not_=(leader,))
         # The lost replica is re-created on a live node, catches up and rejoins the ISR.
-        wait_for(
-            lambda: len(replicated.admin().describe_topic("lose-node").partitions[0].isr) == 3,
-            timeout_s=60,
-        )
-        assert (
-            lost_node
-            not in replicated.admin().describe_topic("lose-node").partitions[0].nodes.values()
-        )
+        wait_until(lambda: isr_size(replicated, "lose-node") == 3, 60, "the ISR whole again")
+        description = replicated.admin().describe_topic("lose-node").partitions[0]
+        assert lost_node not in description.nodes.values()
+        recreated = chaos.actor_info(replica(replicated, "lose-node", leader))["ActorID"]
+        assert recreated != lost_actor, "the lost replica was not re-created"
     finally:
         ray_nodes.add_node(num_cpus=2, object_store_memory=150 * 2**20)
         ray_nodes.wait_for_nodes()
 
 
 def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
-    replicated, ray_nodes
+    replicated, ray_nodes, chaos, wait_until, holds_for
 ) -> None:
     admin = replicated.admin()
     driver_node = ray.get_runtime_context().get_node_id()
@@ -291,6 +388,11 @@ def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
     def state():
         return admin.describe_topic("unclean").partitions[number]
 
+    def handle(replica_id: int) -> Any:
+        return ray.get_actor(
+            f"replica:unclean:{number}:{replica_id}", namespace=replicated.namespace
+        )
+
     def produce(value: bytes):
         producer = replicated.producer(acks="all", delivery_timeout_ms=10_000)
         try:
@@ -300,20 +402,35 @@ def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
 
     produce(b"replicated")
     follower = next(r for r in partition.replicas if r != partition.leader)
-    handle = ray.get_actor(f"replica:unclean:{number}:{follower}", namespace=replicated.namespace)
-    ray.kill(handle, no_restart=True)
-    wait_for(lambda: state().isr == [partition.leader])
+    chaos.kill_actor(handle(follower), f"follower {follower}", restart=False)
+    wait_until(lambda: state().isr == [partition.leader], 30, "the ISR shrunk to the leader")
     produce(b"only on the leader")
     lost_node = partition.nodes[partition.leader]
+    lost_actor = chaos.actor_info(handle(partition.leader))["ActorID"]
     try:
-        remove_node(ray_nodes, lost_node)
+        chaos.remove_node(ray_nodes, lost_node, f"the node of leader {partition.leader}")
+        chaos.verify(min_faults=2)
         # The only in-sync copy is gone; the leader's replacement starts empty.
-        wait_for(lambda: state().leader == -1 and state().isr == [], timeout_s=60)
-        time.sleep(3)
-        assert state().leader == -1, "an out-of-sync replica was elected without permission"
+        wait_until(
+            lambda: (s := state()).leader == -1 and s.isr == [], 60, "the partition offline"
+        )
+        replacement = wait_until(
+            lambda: (info := chaos.actor_info(handle(partition.leader)))["ActorID"] != lost_actor
+            and info["State"] == "ALIVE"
+            and info,
+            60,
+            "the lost leader's replacement alive (an out-of-sync candidate)",
+            retry_on=(ValueError,),  # its name is registered again once it is created
+        )
+        assert replacement["Address"]["NodeID"] != lost_node
+        # A candidate is there, and the controller checks every half second: over four
+        # of its passes it must elect no one.
+        holds_for(lambda: state().leader == -1, 2.0, "no leader without unclean election")
         assert f"unclean-{number}" in replicated.status()["offline_partitions"]
         admin.alter_topic_config("unclean", {"unclean.leader.election.enable": "true"})
-        wait_for(lambda: state().leader == partition.leader, timeout_s=30)
+        wait_until(
+            lambda: state().leader == partition.leader, 30, "the replacement elected uncleanly"
+        )
         assert produce(b"serving again").offset >= 0
     finally:
         ray_nodes.add_node(num_cpus=2, object_store_memory=150 * 2**20)

@@ -5,8 +5,6 @@ Needs its own multi-node Ray cluster (see this directory's conftest).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import ray
 
@@ -33,17 +31,9 @@ def replica_states(cluster, topic, partition=0):
     return p, ray.get([h.state.remote() for h in handles])
 
 
-def wait_for(condition, timeout_s=30, interval_s=0.1):
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError("condition not met in time")
-
-
-def test_replicas_are_spread_over_nodes_and_followers_copy_the_leader(replicated) -> None:
+def test_replicas_are_spread_over_nodes_and_followers_copy_the_leader(
+    replicated, wait_until
+) -> None:
     replicated.admin().create_topic("spread", partitions=2, replication_factor=3)
     partition, _ = replica_states(replicated, "spread")
     assert len(set(partition.nodes.values())) == 3
@@ -55,19 +45,27 @@ def test_replicas_are_spread_over_nodes_and_followers_copy_the_leader(replicated
         _, states = replica_states(replicated, "spread")
         return all(s["log_end_offset"] == 3 and s["high_watermark"] == 3 for s in states)
 
-    wait_for(copied)
+    wait_until(copied, 30, "every replica at log end offset 3 and high watermark 3")
     _, states = replica_states(replicated, "spread")
     assert sorted(s["role"] for s in states) == ["follower", "follower", "leader"]
     assert replicated.status()["partitions_not_spread"] == []
 
 
-def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(replicated) -> None:
+def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
+    replicated, chaos, wait_until
+) -> None:
     admin = replicated.admin()
     admin.create_topic("strict", replication_factor=3, config={"min.insync.replicas": 3})
     assert produce(replicated, "strict", [b"ok"]).error_code == 0
+    assert admin.describe_topic("strict").partitions[0].leader != 2
     follower = ray.get_actor("replica:strict:0:2", namespace=replicated.namespace)
-    ray.kill(follower, no_restart=True)
-    wait_for(lambda: admin.describe_topic("strict").partitions[0].isr == [0, 1])
+    chaos.kill_actor(follower, "follower 2", restart=False)
+    chaos.verify()
+    wait_until(
+        lambda: admin.describe_topic("strict").partitions[0].isr == [0, 1],
+        30,
+        "the ISR without the killed follower",
+    )
     refused = produce(replicated, "strict", [b"refused"])
     assert refused.error_code == 19, refused.message
     assert "min.insync.replicas=3" in refused.message
@@ -75,13 +73,23 @@ def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(replicate
     assert "strict-0" in replicated.status()["under_replicated_partitions"]
 
 
-def test_preferred_leader_election_moves_leadership_back(replicated) -> None:
+def test_preferred_leader_election_moves_leadership_back(replicated, chaos, wait_until) -> None:
     admin = replicated.admin()
     admin.create_topic("prefer", replication_factor=3)
+    assert admin.describe_topic("prefer").partitions[0].leader == 0  # the preferred one
     leader = ray.get_actor("replica:prefer:0:0", namespace=replicated.namespace)
-    ray.kill(leader, no_restart=False)  # replica 0 restarts and hands leadership over
-    wait_for(lambda: admin.describe_topic("prefer").partitions[0].leader not in (-1, 0))
-    wait_for(lambda: admin.describe_topic("prefer").partitions[0].isr == [0, 1, 2])
+    chaos.kill_actor(leader, "leader 0")  # replica 0 restarts and hands leadership over
+    wait_until(
+        lambda: admin.describe_topic("prefer").partitions[0].leader not in (-1, 0),
+        30,
+        "another replica leading",
+    )
+    chaos.verify()
+    wait_until(
+        lambda: admin.describe_topic("prefer").partitions[0].isr == [0, 1, 2],
+        30,
+        "the restarted replica 0 back in the ISR",
+    )
     assert admin.elect_leaders(["prefer"]) == 1
     partition = admin.describe_topic("prefer").partitions[0]
     assert partition.leader == 0

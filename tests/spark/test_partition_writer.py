@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,9 @@ def rows_by_partition(cluster: Any, topic: str, partitions: int) -> dict[int, li
             reader.assign([tp])
             end = reader.end_offsets([tp])[tp]
             rows: list[tuple] = []
+            deadline = time.monotonic() + 60
             while reader.position(tp) < end:
+                assert time.monotonic() < deadline, f"{tp} stuck at {reader.position(tp)} of {end}"
                 table = reader.poll_arrow(timeout_ms=500)
                 keys, values = table.column("key").to_pylist(), table.column("value").to_pylist()
                 rows += zip(keys, values, strict=True)

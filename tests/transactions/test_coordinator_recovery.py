@@ -3,6 +3,7 @@ its restart, from what ``__transaction_state`` says."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import itertools
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 import ray
 
+from raystream.actors.partition_client import PartitionClient
+from raystream.records import build_batch
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
     TRANSACTION_STATE_TOPIC,
@@ -45,12 +48,12 @@ def test_a_coordinator_killed_between_prepare_and_markers_finishes_after_restart
     prepared = dataclasses.replace(
         meta, state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     )
-    with shared_cluster.producer(acks="all") as writer:
-        writer.send_batch(
-            TRANSACTION_STATE_TOPIC,
-            transaction_record(prepared),
-            partition=partition_for(tid, 1),
-        )
+    # Written as the coordinator writes its state (clients may not write internal topics).
+    tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition_for(tid, 1))
+    schema = shared_cluster.topic_metadata(TRANSACTION_STATE_TOPIC).record_schema
+    record = transaction_record(prepared)
+    batch = build_batch(schema, record["key"].to_pylist(), record["value"].to_pylist(), [0], None)
+    asyncio.run(PartitionClient(shared_cluster.namespace).produce(tp, batch, 60))
     # A new coordinator (the controller starts it on first use) loads and resumes.
     deadline = time.monotonic() + 60
     while describe(shared_cluster, tid)["state"] != (

@@ -1,4 +1,4 @@
-"""The one place client code touches Ray.
+"""The one place client code touches Ray, shared with the server actors that call others.
 
 Starting or attaching to Ray, finding and stopping named actors, calling actors (over
 their direct path where they serve one, see :mod:`raystream.wire`) and waiting on the
@@ -7,6 +7,12 @@ raystream errors: a dead or unreachable actor becomes the retriable
 :class:`BrokerNotAvailableError` (refresh metadata, retry), a timeout becomes
 :class:`RaystreamTimeoutError`. Keeping Ray here leaves the rest of the client plain
 Python over opaque handles and call references.
+
+It belongs to neither the client nor the actors package: clients call replicas and
+coordinators through it, and so do server actors (a follower fetching from its leader,
+the coordinators through :mod:`raystream.actors.partition_client`), while the client
+package imports the actors package to start a cluster. Here, both depend on it and
+neither on the other's side of that line.
 """
 
 from __future__ import annotations
