@@ -9,10 +9,13 @@ key and value. Nothing here reads environment variables.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import difflib
+import math
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from raystream.errors import InvalidConfigError
+from raystream.groups.assignors import ASSIGNORS
 
 C = TypeVar("C", bound="KafkaConfig")
 
@@ -45,16 +48,43 @@ class KafkaConfig:
                 raise InvalidConfigError(f"config key {key!r} is not a string")
             name = key.replace(".", "_")
             if name not in known:
-                raise InvalidConfigError(
-                    f"unknown {type(self).__name__} key {key!r}; known keys: "
-                    + ", ".join(sorted(k.replace("_", ".") for k in known))
-                )
+                raise InvalidConfigError(unknown_option(type(self).__name__, key, known))
             changes[name] = _coerce(key, value, getattr(self, name))
         return dataclasses.replace(self, **changes)
 
     def to_kafka(self) -> dict[str, Any]:
         """The options under Kafka's dotted names."""
         return {f.name.replace("_", "."): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+CONNECTION_HINTS = {
+    name: "a raystream client reaches its cluster through cluster= (rs.connect(address=...)), "
+    "not through Kafka's connection options"
+    for name in ("bootstrap_servers", "security_protocol", "sasl_mechanism", "ssl_context")
+}
+"""Kafka client options that have no place in a raystream client, with why."""
+
+
+def unknown_option(owner: str, key: str, known: Iterable[str]) -> str:
+    """The message for an unknown option ``key``: it names the key and the closest known
+    option (in the key's own spelling, dotted or snake_case), or lists them all.
+
+    Example:
+        >>> unknown_option("ProducerConfig", "linger", ["linger_ms", "acks"])
+        "unknown ProducerConfig key 'linger' (did you mean 'linger_ms'?)"
+    """
+    hint = CONNECTION_HINTS.get(key.replace(".", "_"))
+    if hint is not None:
+        return f"unknown {owner} key {key!r}: {hint}"
+    dotted = "." in key
+    spell = (lambda name: name.replace("_", ".")) if dotted else (lambda name: name)
+    names = sorted(known)
+    if not names:
+        return f"unknown {owner} key {key!r}: {owner} takes no options"
+    close = difflib.get_close_matches(key.replace(".", "_").lower(), names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown {owner} key {key!r} (did you mean {spell(close[0])!r}?)"
+    return f"unknown {owner} key {key!r}; known keys: " + ", ".join(map(spell, names))
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
@@ -319,3 +349,149 @@ class ProducerConfig(KafkaConfig):
         if "acks" in merged:
             merged["acks"] = normalize_acks(merged["acks"])
         return super().with_options(merged)
+
+
+AUTO_OFFSET_RESET = ("earliest", "latest", "none")
+"""auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
+AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerConfig(KafkaConfig):
+    """A consumer's settings (kafka-python's names and defaults).
+
+    Attributes:
+        group_id: the consumer group (None: no group, nothing to commit).
+        group_instance_id: makes the member static: a restart with the same id within
+            ``session_timeout_ms`` gets its partitions back without a rebalance.
+        client_id: names the member in the group (member ids start with it).
+        auto_offset_reset: where a partition without a valid position starts:
+            "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
+        enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).
+        isolation_level: "read_uncommitted" or "read_committed".
+        max_poll_records: records one ``poll()`` returns at most.
+        session_timeout_ms: a member silent this long is evicted, its partitions move.
+        heartbeat_interval_ms: how often the member heartbeats (well below the above).
+        max_poll_interval_ms: a member whose application does not call ``poll()`` for
+            this long leaves the group (and rejoins at its next poll).
+        partition_assignment_strategy: a strategy name, or a list of names in
+            preference order: "range", "roundrobin", "sticky", "cooperative-sticky".
+        fetch_max_wait_ms: how long a leader holds a fetch that finds no new data.
+        fetch_min_bytes: the leader answers a fetch once this much data is there.
+        fetch_max_bytes, max_partition_fetch_bytes: bytes one fetch may return; each
+            fetch reads one partition, so the smaller of the two applies (a batch larger
+            than that is still returned whole).
+        consumer_timeout_ms: iteration stops after this long without a record
+            (default: never).
+        request_timeout_ms: how long offset lookups may take, retries included.
+        retry_backoff_ms: pause before retrying after a retriable error.
+        metadata_max_age_ms: how often a subscription looks for new partitions.
+    """
+
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    client_id: str = "raystream-consumer"
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    isolation_level: str = "read_uncommitted"
+    max_poll_records: int = 500
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300_000
+    partition_assignment_strategy: Any = "cooperative-sticky"
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    consumer_timeout_ms: float = math.inf
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        owner = "consumer config"
+        reset = self.auto_offset_reset
+        if isinstance(reset, str):
+            reset = AUTO_OFFSET_RESET_ALIASES.get(reset.lower(), reset.lower())
+        require(
+            reset in AUTO_OFFSET_RESET,
+            owner,
+            "auto_offset_reset",
+            self.auto_offset_reset,
+            "use 'earliest', 'latest' or 'none'",
+        )
+        object.__setattr__(self, "auto_offset_reset", reset)
+        require(
+            self.isolation_level in ISOLATION_LEVELS,
+            owner,
+            "isolation_level",
+            self.isolation_level,
+            "use 'read_uncommitted' or 'read_committed'",
+        )
+        require(
+            self.group_id is None or (isinstance(self.group_id, str) and self.group_id != ""),
+            owner,
+            "group_id",
+            self.group_id,
+            "expected a non-empty string or None",
+        )
+        for name in ("group_instance_id", "client_id"):
+            value = getattr(self, name)
+            require(
+                value is None or (isinstance(value, str) and value != ""),
+                owner,
+                name,
+                value,
+                "expected a non-empty string",
+            )
+        strategies = self.partition_assignment_strategy
+        if isinstance(strategies, str):
+            strategies = [strategies]
+        require(
+            isinstance(strategies, (list, tuple))
+            and len(strategies) > 0
+            and all(s in ASSIGNORS for s in strategies),
+            owner,
+            "partition_assignment_strategy",
+            self.partition_assignment_strategy,
+            f"use one or a list of {', '.join(ASSIGNORS)}",
+        )
+        object.__setattr__(self, "partition_assignment_strategy", list(strategies))
+        require(
+            isinstance(self.enable_auto_commit, bool),
+            owner,
+            "enable_auto_commit",
+            self.enable_auto_commit,
+            "expected true or false",
+        )
+        for name, low in (
+            ("auto_commit_interval_ms", 1),
+            ("max_poll_records", 1),
+            ("session_timeout_ms", 1),
+            ("heartbeat_interval_ms", 1),
+            ("max_poll_interval_ms", 1),
+            ("fetch_max_wait_ms", 0),
+            ("fetch_min_bytes", 0),
+            ("fetch_max_bytes", 1),
+            ("max_partition_fetch_bytes", 1),
+            ("request_timeout_ms", 1),
+            ("retry_backoff_ms", 0),
+            ("metadata_max_age_ms", 0),
+        ):
+            value = getattr(self, name)
+            require(_is_int(value), owner, name, value, "expected an integer")
+            require(value >= low, owner, name, value, f"must be >= {low}")
+        timeout = self.consumer_timeout_ms
+        require(
+            isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout >= 0,
+            owner,
+            "consumer_timeout_ms",
+            timeout,
+            "expected a number of milliseconds >= 0 (or float('inf'))",
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

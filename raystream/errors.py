@@ -32,6 +32,7 @@ exception here.
     ├── InvalidReplicationFactorError       (38)
     ├── InvalidConfigError                  (40)
     ├── InvalidRequestError                 (42: a bad argument)
+    │   └── PartitionOutOfRangeError        (a partition the topic does not have)
     ├── OutOfOrderSequenceError             (45)
     ├── InvalidProducerEpochError           (47: an older epoch of the producer)
     ├── InvalidTxnStateError                (48: a transaction call out of order)
@@ -47,8 +48,11 @@ exception here.
     ├── ProducerFencedError                 (90)
     ├── UnknownServerError                  (-1: a handler failed unexpectedly; the message
     │                                         names the request and the original error)
-    └── IllegalStateError                   (no Kafka code: client used out of order, e.g.
-                                              after close)
+    ├── IllegalStateError                   (no Kafka code: client used out of order, e.g.
+    │                                         after close)
+    └── RecordDeserializationError          (no Kafka code, client side: a deserializer
+                                              raised on a record; the consumer stays at its
+                                              offset)
 
 Code -1 is Kafka's UNKNOWN_SERVER_ERROR: an answer carrying it (or a code this module
 does not know) reads back as :class:`UnknownServerError`, never as the bare base class.
@@ -59,6 +63,10 @@ as UnknownServerError with its class name in the message (see
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from raystream.types import TopicPartition
 
 
 class RaystreamError(Exception):
@@ -223,6 +231,41 @@ class InvalidRequestError(RaystreamError):
     code = 42
 
 
+class PartitionOutOfRangeError(InvalidRequestError):
+    """A caller named a partition a topic does not have (negative, or >= its count).
+
+    Not retriable, unlike UnknownTopicOrPartitionError (which a leader answers while
+    metadata catches up): the client checks the count against fresh metadata first, so
+    the partition is the caller's mistake. Kafka's producer refuses it alike ("Invalid
+    partition given with record: 5 is not in the range [0...3)").
+
+    Attributes:
+        topic, partition: what was asked for; num_partitions: what the topic has.
+    """
+
+    def __init__(
+        self, message: str, topic: str = "", partition: Any = -1, num_partitions: int = -1
+    ):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.num_partitions = num_partitions
+
+    @classmethod
+    def of(cls, topic: str, partition: Any, num_partitions: int) -> PartitionOutOfRangeError:
+        """The error for ``partition`` of ``topic``, which has ``num_partitions``."""
+        return cls(
+            f"partition {partition!r} of topic {topic!r} does not exist: it is not in the "
+            f"range [0, {num_partitions})",
+            topic,
+            partition,
+            num_partitions,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.topic, self.partition, self.num_partitions))
+
+
 class OutOfOrderSequenceError(RaystreamError):
     """An idempotent producer's batch does not follow the last one the leader has.
 
@@ -336,6 +379,38 @@ class IllegalStateError(RaystreamError):
     Raised on the client side only; Kafka has no code for it (-1, shared with
     :class:`UnknownServerError`, which is what -1 reads back as).
     """
+
+
+class RecordDeserializationError(RaystreamError):
+    """A consumer's key or value deserializer raised on a fetched record.
+
+    Kafka's ``RecordDeserializationException``: the consumer's position stays at the
+    record, so nothing after it is skipped and auto-commit never commits past it. The
+    records before it are returned first (by the poll that reached it, or one by one by
+    iteration); every later poll raises this again until the application seeks past
+    it: ``consumer.seek(error.topic_partition, error.offset + 1)``. ``__cause__`` is
+    the deserializer's exception. Client side only: no actor answers with it.
+
+    Attributes:
+        topic, partition, offset: where the record is.
+    """
+
+    code = -1
+
+    def __init__(self, message: str, topic: str = "", partition: int = -1, offset: int = -1):
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        """The record's partition (what ``seek`` takes)."""
+        return TopicPartition(self.topic, self.partition)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keeps the fields through pickling (Ray carries errors between processes).
+        return (type(self), (str(self), self.topic, self.partition, self.offset))
 
 
 _BY_CODE: dict[int, type[RaystreamError]] = {

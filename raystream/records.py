@@ -310,15 +310,24 @@ def consumer_records(
     timestamp_type: int,
     key_deserializer: Callable[[bytes], Any] | None = None,
     value_deserializer: Callable[[Any], Any] | None = None,
+    into: list[ConsumerRecord] | None = None,
 ) -> list[ConsumerRecord]:
-    """The records of :func:`iter_consumer_records` as a list (what ``poll()`` returns)."""
+    """The records of :func:`iter_consumer_records` as a list (what ``poll()`` returns).
+
+    They are appended to ``into`` when given (and it is returned): if a deserializer
+    raises, ``into`` then holds the records before the failing one, so the caller
+    knows which record failed and keeps the ones before it.
+    """
     records = iter_consumer_records(
         table, offsets, topic, partition, timestamp_type, key_deserializer, value_deserializer
     )
+    made = [] if into is None else into
     if table.num_rows < GC_PAUSE_ROWS:
-        return list(records)
+        made.extend(records)  # keeps what was made when a deserializer raises
+        return made
     with _gc_paused():
-        return list(records)
+        made.extend(records)
+    return made
 
 
 def _skipping_none(deserializer: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from raystream.config import BrokerConfig
+from raystream.config import BrokerConfig, ConsumerConfig, ProducerConfig, unknown_option
 from raystream.errors import InvalidConfigError
 from raystream.log import LogConfig
 
@@ -49,3 +49,27 @@ def test_boolean_options_accept_text() -> None:
 def test_broker_config_validates_its_intervals() -> None:
     with pytest.raises(InvalidConfigError, match=re.escape("log.retention.check.interval.ms=0")):
         BrokerConfig.from_kafka({"log.retention.check.interval.ms": 0})
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "message"),
+    [
+        (LogConfig, "retention.msec", "key 'retention.msec' (did you mean 'retention.ms'?)"),
+        (LogConfig, "retention_msec", "key 'retention_msec' (did you mean 'retention_ms'?)"),
+        (ProducerConfig, "linger", "key 'linger' (did you mean 'linger_ms'?)"),
+        (ConsumerConfig, "auto_offset_rest", "(did you mean 'auto_offset_reset'?)"),
+        (BrokerConfig, "data.dirs", "(did you mean 'data.dir'?)"),
+        (ConsumerConfig, "bootstrap.servers", "a raystream client reaches its cluster"),
+        (ProducerConfig, "qqq", "key 'qqq'; known keys: acks, batch_size, "),
+    ],
+)
+def test_unknown_options_name_the_closest_known_one(config, key: str, message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(message)) as raised:
+        config.from_kafka({key: 1})
+    assert not raised.value.retriable
+
+
+def test_unknown_option_messages_keep_the_spelling_the_user_chose() -> None:
+    known = ["max_poll_records", "linger_ms"]
+    assert "'max.poll.records'" in unknown_option("C", "max.poll.record", known)
+    assert "'max_poll_records'" in unknown_option("C", "max_poll_record", known)

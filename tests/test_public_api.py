@@ -47,7 +47,12 @@ ERRORS = {
     "InvalidTxnStateError",
     "AuthorizationError",
     "RaystreamTimeoutError",
+    "RecordDeserializationError",
+    "PartitionOutOfRangeError",
 }
+
+CALLER_MISTAKES = {"InvalidConfigError", "InvalidRequestError", "PartitionOutOfRangeError"}
+"""Errors for a caller's bad input: never retriable (retrying cannot fix the input)."""
 
 
 def test_exported_names_are_the_api() -> None:
@@ -62,6 +67,13 @@ def test_every_documented_error_exists_and_says_if_it_is_retriable() -> None:
         assert issubclass(error, rs.errors.RaystreamError)
         assert isinstance(error.retriable, bool)
         assert name.endswith("Error")
+
+
+def test_errors_for_a_callers_mistakes_say_not_retriable() -> None:
+    for name in CALLER_MISTAKES | {"RecordDeserializationError"}:
+        error = getattr(rs.errors, name)
+        assert not error.retriable and not error.invalid_metadata, name
+    assert issubclass(rs.errors.PartitionOutOfRangeError, rs.errors.InvalidRequestError)
 
 
 def test_importing_raystream_starts_neither_ray_nor_spark() -> None:

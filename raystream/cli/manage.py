@@ -19,7 +19,7 @@ from raystream.errors import (
     GroupIdNotFoundError,
     InvalidConfigError,
     InvalidRequestError,
-    UnknownTopicOrPartitionError,
+    PartitionOutOfRangeError,
 )
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
@@ -158,9 +158,7 @@ def delete_records(args: argparse.Namespace, admin: Any) -> int:
     partitions = args.partition if args.partition else range(count)
     for partition in partitions:
         if not 0 <= partition < count:
-            raise UnknownTopicOrPartitionError(
-                f"partition {partition} of topic {args.name!r} does not exist (it has {count})"
-            )
+            raise PartitionOutOfRangeError.of(args.name, partition, count)
     starts = admin.delete_records({TopicPartition(args.name, p): args.offset for p in partitions})
     for tp, start in sorted(starts.items()):
         print(f"{tp.topic}-{tp.partition}: log start offset {start}")
@@ -323,10 +321,7 @@ def reassign_partitions(args: argparse.Namespace, cluster: Any) -> int:
         description = admin.describe_topic(topic)
         for partition, nodes in sorted(assignments.items()):
             if not 0 <= partition < len(description.partitions):
-                raise UnknownTopicOrPartitionError(
-                    f"partition {partition} of topic {topic!r} does not exist "
-                    f"(it has {len(description.partitions)})"
-                )
+                raise PartitionOutOfRangeError.of(topic, partition, len(description.partitions))
             current = description.partitions[partition]
             rows.append((topic, partition, [current.nodes.get(r) for r in current.replicas], nodes))
     result: dict[str, dict[int, list[int]]] = {}

@@ -15,7 +15,14 @@ import pyarrow as pa
 
 from raystream.client.cluster import CONTROL_TIMEOUT_S, Cluster, resolve_cluster
 from raystream.client.consumer import Consumer
-from raystream.errors import InvalidRequestError, LeaderNotAvailableError, RaystreamError
+from raystream.config import unknown_option
+from raystream.errors import (
+    InvalidConfigError,
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    PartitionOutOfRangeError,
+    RaystreamError,
+)
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.requests import (
     DeleteRecordsRequest,
@@ -43,7 +50,9 @@ class Admin:
         >>> admin.create_topic("orders", partitions=3)           # doctest: +SKIP
     """
 
-    def __init__(self, cluster: Cluster | None = None) -> None:
+    def __init__(self, cluster: Cluster | None = None, **options: Any) -> None:
+        for key in options:  # kafka-python's admin options (bootstrap_servers, ...)
+            raise InvalidConfigError(unknown_option("Admin", key, ()))
         self.cluster = resolve_cluster(cluster)
 
     def create_topic(
@@ -189,6 +198,7 @@ class Admin:
         Raises:
             NonEmptyGroupError: the group has members; stop them first.
             InvalidRequestError: ``to`` is none of the above (the message names it).
+            PartitionOutOfRangeError: ``to`` names a partition the topic lacks.
             UnknownTopicOrPartitionError: the topic does not exist.
         """
         tps = [
@@ -207,10 +217,12 @@ class Admin:
             offsets = {}
             for partition, offset in to.items():
                 tp = TopicPartition(topic, partition)
-                if tp not in tps or not isinstance(offset, int) or offset < 0:
+                if tp not in tps:
+                    raise PartitionOutOfRangeError.of(topic, partition, len(tps))
+                if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
                     raise InvalidRequestError(
-                        f"reset_offsets: {partition!r}: {offset!r} is not an existing "
-                        f"partition of {topic!r} with an offset >= 0"
+                        f"reset_offsets: offset {offset!r} for partition {partition} of "
+                        f"{topic!r} must be an integer >= 0"
                     )
                 offsets[tp] = offset
         else:

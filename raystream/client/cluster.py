@@ -22,7 +22,7 @@ from raystream.errors import (
     CoordinatorNotAvailableError,
     InvalidConfigError,
     LogDirInUseError,
-    UnknownTopicOrPartitionError,
+    PartitionOutOfRangeError,
     UnstableOffsetCommitError,
 )
 from raystream.log.checkpoint import lock_directory
@@ -296,15 +296,17 @@ class Cluster:
         return len(self.topic_metadata(topic).partitions)
 
     def require_partition(self, topic: str, partition: int) -> Any:
-        """The partition's metadata, or UnknownTopicOrPartitionError naming it."""
+        """The partition's metadata.
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic does not exist.
+            PartitionOutOfRangeError: it has no such partition (after a refresh).
+        """
         metadata = self.topic_metadata(topic)
         if not isinstance(partition, int) or not 0 <= partition < len(metadata.partitions):
             metadata = self.topic_metadata(topic, refresh=True)
             if not isinstance(partition, int) or not 0 <= partition < len(metadata.partitions):
-                raise UnknownTopicOrPartitionError(
-                    f"partition {partition!r} of topic {topic!r} does not exist "
-                    f"(it has {len(metadata.partitions)})"
-                )
+                raise PartitionOutOfRangeError.of(topic, partition, len(metadata.partitions))
         return metadata.partitions[partition]
 
     def admin(self) -> Any:

@@ -11,7 +11,12 @@ Offsets are the application's: a partition's position starts from
 moves past every record returned, and ``seek*()`` moves it. A fetch answered with
 OffsetOutOfRange resets the position by ``auto_offset_reset`` like Kafka (or raises
 when it is "none"). Dead replica actors and retriable errors are retried after a
-metadata refresh without surfacing.
+metadata refresh without surfacing. A deserializer that raises never moves a position
+past its record (Kafka's rule): the records before it are returned, then
+RecordDeserializationError names the record until the application seeks past it.
+
+``metrics()`` reports Kafka's consumer metrics (records-consumed-rate, fetch-latency-avg,
+records-lag-max, commit-latency-avg, ...), counted per fetch, poll and commit.
 
 With a ``group_id``, ``subscribe()`` makes the consumer a member of that consumer
 group (:mod:`raystream.client.membership`): the group coordinator shares the
@@ -49,14 +54,14 @@ import pyarrow as pa
 from raystream.client.cluster import Cluster, resolve_cluster
 from raystream.client.fetcher import Drained, Fetcher, PartitionState
 from raystream.client.membership import CommitCallback, GroupMembership
-from raystream.config import KafkaConfig, require
+from raystream.config import ConsumerConfig, require
 from raystream.errors import (
     CommitFailedError,
     IllegalStateError,
     InvalidRequestError,
+    RecordDeserializationError,
     UnknownTopicOrPartitionError,
 )
-from raystream.groups.assignors import ASSIGNORS
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.records import (
     BYTES_SCHEMA,
@@ -67,152 +72,11 @@ from raystream.records import (
 )
 from raystream.types import ConsumerGroupMetadata, ConsumerRecord, TopicPartition
 
-AUTO_OFFSET_RESET = ("earliest", "latest", "none")
-"""auto_offset_reset values (kafka-python's old "smallest"/"largest" are aliases)."""
-AUTO_OFFSET_RESET_ALIASES = {"smallest": "earliest", "largest": "latest"}
-ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-
 GROUP_SLICE_S = 0.02
 """While a rebalance is under way, poll() waits in slices this long so that it applies
 the join's answer as soon as it arrives."""
 
 logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class ConsumerConfig(KafkaConfig):
-    """A consumer's settings (kafka-python's names and defaults).
-
-    Attributes:
-        group_id: the consumer group (None: no group, nothing to commit).
-        group_instance_id: makes the member static: a restart with the same id within
-            ``session_timeout_ms`` gets its partitions back without a rebalance.
-        client_id: names the member in the group (member ids start with it).
-        auto_offset_reset: where a partition without a valid position starts:
-            "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
-        enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).
-        isolation_level: "read_uncommitted" or "read_committed".
-        max_poll_records: records one ``poll()`` returns at most.
-        session_timeout_ms: a member silent this long is evicted, its partitions move.
-        heartbeat_interval_ms: how often the member heartbeats (well below the above).
-        max_poll_interval_ms: a member whose application does not call ``poll()`` for
-            this long leaves the group (and rejoins at its next poll).
-        partition_assignment_strategy: a strategy name, or a list of names in
-            preference order: "range", "roundrobin", "sticky", "cooperative-sticky".
-        fetch_max_wait_ms: how long a leader holds a fetch that finds no new data.
-        fetch_min_bytes: the leader answers a fetch once this much data is there.
-        fetch_max_bytes, max_partition_fetch_bytes: bytes one fetch may return; each
-            fetch reads one partition, so the smaller of the two applies (a batch larger
-            than that is still returned whole).
-        consumer_timeout_ms: iteration stops after this long without a record
-            (default: never).
-        request_timeout_ms: how long offset lookups may take, retries included.
-        retry_backoff_ms: pause before retrying after a retriable error.
-        metadata_max_age_ms: how often a subscription looks for new partitions.
-    """
-
-    group_id: str | None = None
-    group_instance_id: str | None = None
-    client_id: str = "raystream-consumer"
-    auto_offset_reset: str = "latest"
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5000
-    isolation_level: str = "read_uncommitted"
-    max_poll_records: int = 500
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 3000
-    max_poll_interval_ms: int = 300_000
-    partition_assignment_strategy: Any = "cooperative-sticky"
-    fetch_max_wait_ms: int = 500
-    fetch_min_bytes: int = 1
-    fetch_max_bytes: int = 52_428_800
-    max_partition_fetch_bytes: int = 1_048_576
-    consumer_timeout_ms: float = math.inf
-    request_timeout_ms: int = 30_000
-    retry_backoff_ms: int = 100
-    metadata_max_age_ms: int = 300_000
-
-    def __post_init__(self) -> None:
-        owner = "consumer config"
-        reset = self.auto_offset_reset
-        if isinstance(reset, str):
-            reset = AUTO_OFFSET_RESET_ALIASES.get(reset.lower(), reset.lower())
-        require(
-            reset in AUTO_OFFSET_RESET,
-            owner,
-            "auto_offset_reset",
-            self.auto_offset_reset,
-            "use 'earliest', 'latest' or 'none'",
-        )
-        object.__setattr__(self, "auto_offset_reset", reset)
-        require(
-            self.isolation_level in ISOLATION_LEVELS,
-            owner,
-            "isolation_level",
-            self.isolation_level,
-            "use 'read_uncommitted' or 'read_committed'",
-        )
-        require(
-            self.group_id is None or (isinstance(self.group_id, str) and self.group_id != ""),
-            owner,
-            "group_id",
-            self.group_id,
-            "expected a non-empty string or None",
-        )
-        for name in ("group_instance_id", "client_id"):
-            value = getattr(self, name)
-            require(
-                value is None or (isinstance(value, str) and value != ""),
-                owner,
-                name,
-                value,
-                "expected a non-empty string",
-            )
-        strategies = self.partition_assignment_strategy
-        if isinstance(strategies, str):
-            strategies = [strategies]
-        require(
-            isinstance(strategies, (list, tuple))
-            and len(strategies) > 0
-            and all(s in ASSIGNORS for s in strategies),
-            owner,
-            "partition_assignment_strategy",
-            self.partition_assignment_strategy,
-            f"use one or a list of {', '.join(ASSIGNORS)}",
-        )
-        object.__setattr__(self, "partition_assignment_strategy", list(strategies))
-        require(
-            isinstance(self.enable_auto_commit, bool),
-            owner,
-            "enable_auto_commit",
-            self.enable_auto_commit,
-            "expected true or false",
-        )
-        for name, low in (
-            ("auto_commit_interval_ms", 1),
-            ("max_poll_records", 1),
-            ("session_timeout_ms", 1),
-            ("heartbeat_interval_ms", 1),
-            ("max_poll_interval_ms", 1),
-            ("fetch_max_wait_ms", 0),
-            ("fetch_min_bytes", 0),
-            ("fetch_max_bytes", 1),
-            ("max_partition_fetch_bytes", 1),
-            ("request_timeout_ms", 1),
-            ("retry_backoff_ms", 0),
-            ("metadata_max_age_ms", 0),
-        ):
-            value = getattr(self, name)
-            require(_is_int(value), owner, name, value, "expected an integer")
-            require(value >= low, owner, name, value, f"must be >= {low}")
-        timeout = self.consumer_timeout_ms
-        require(
-            isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout >= 0,
-            owner,
-            "consumer_timeout_ms",
-            timeout,
-            "expected a number of milliseconds >= 0 (or float('inf'))",
-        )
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -316,6 +180,7 @@ class Consumer:
         self._next_metadata_check = math.inf
         self._iterator: Iterator[ConsumerRecord] | None = None
         self._live: _LiveBatch | None = None
+        self._deferred: tuple[PartitionState, int, RecordDeserializationError] | None = None
         self._closed = False
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
@@ -456,7 +321,8 @@ class Consumer:
 
         Raises:
             InvalidRequestError: an item is not a TopicPartition.
-            UnknownTopicOrPartitionError: a topic or partition does not exist.
+            UnknownTopicOrPartitionError: a topic does not exist.
+            PartitionOutOfRangeError: a topic has no such partition.
             IllegalStateError: the consumer is subscribed (call unsubscribe() first).
         """
         self._check_open()
@@ -509,15 +375,55 @@ class Consumer:
         by partition, in offset order; positions move past them. May block for the
         list-offsets calls that give new partitions their positions.
 
+        A deserializer that raises stops the poll at that record, as in Kafka: the
+        records before it (of its partition, and of the partitions taken before it) are
+        returned, the record's partition keeps its position at the record, and the next
+        poll raises RecordDeserializationError naming it (at once when no record comes
+        before it); so does every poll after, until ``seek()`` moves past it.
+
         Raises:
             IllegalStateError: no subscription or assignment, or the consumer is closed.
             OffsetOutOfRangeError: no valid position and auto_offset_reset="none".
+            RecordDeserializationError: a deserializer raised on the record at the
+                position of the partition it names.
             RaystreamError: a non-retriable fetch error (buffered data is kept).
         """
+        self._check_open()
+        self._raise_deferred()
         result: dict[TopicPartition, list[ConsumerRecord]] = {}
-        for drained in self._poll(timeout_ms, max_records, advance=True):
-            result[drained.state.tp] = self._records(drained)
+        drained = self._poll(timeout_ms, max_records, advance=True)
+        for index, part in enumerate(drained):
+            records: list[ConsumerRecord] = []
+            try:
+                self._records(part, into=records)
+            except BaseException as failure:
+                # Positions moved past the whole poll: put them back at the failing record
+                # (its partition) and where they were (the partitions not returned).
+                if not isinstance(failure, Exception):  # KeyboardInterrupt: none returned
+                    for each in drained:
+                        self._fetcher.seek(each.state.tp, each.start)
+                    raise
+                bad = int(part.offsets[len(records)])
+                self._fetcher.seek(part.state.tp, bad)
+                for later in drained[index + 1 :]:
+                    self._fetcher.seek(later.state.tp, later.start)
+                error = _deserialization_error(part.state.tp, bad, failure)
+                if records:
+                    result[part.state.tp] = records
+                if not result:
+                    raise error from failure
+                self._deferred = (part.state, part.state.epoch, error)
+                return result
+            result[part.state.tp] = records
         return result
+
+    def _raise_deferred(self) -> None:
+        """Raise the deserialization error a poll put off, if its record is still next."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            state, epoch, error = deferred
+            if state.epoch == epoch and state.position == error.offset:
+                raise error
 
     def poll_arrow(self, timeout_ms: float = 0, max_records: int | None = None) -> pa.Table:
         """The records ``poll()`` would return, as one Arrow table (no per-record work).
@@ -539,6 +445,7 @@ class Consumer:
 
     def _poll(self, timeout_ms: float, max_records: int | None, advance: bool) -> list[Drained]:
         self._check_open()
+        self._fetcher.metrics.record_poll(time.monotonic())
         if not _is_number(timeout_ms) or timeout_ms < 0:
             raise InvalidRequestError(f"poll timeout_ms={timeout_ms!r} must be a number >= 0")
         if max_records is None:
@@ -576,10 +483,16 @@ class Consumer:
             self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
             offsets = self._positions(self._fetcher.assignment())
             if offsets:
-                self._group.commit_async(offsets, None)
+                self._group.commit_async(offsets, self._timed_commit(None))
 
-    def _records(self, drained: Drained, cursor: Iterator[int] | None = None) -> Any:
-        """The drained rows as a list of records, or made lazily along ``cursor``."""
+    def _records(
+        self,
+        drained: Drained,
+        cursor: Iterator[int] | None = None,
+        into: list[ConsumerRecord] | None = None,
+    ) -> Any:
+        """The drained rows as a list of records (appended to ``into``, which keeps those
+        made before a deserializer raises), or made lazily along ``cursor``."""
         state = drained.state
         args = (
             drained.table,
@@ -591,7 +504,7 @@ class Consumer:
             self._value_deserializer,
         )
         if cursor is None:
-            return consumer_records(*args)
+            return consumer_records(*args, into=into)
         return iter_consumer_records(*args, cursor=cursor)
 
     def _empty_table(self) -> pa.Table:
@@ -613,7 +526,8 @@ class Consumer:
 
         The position moves past each record as it is handed out, so leaving the loop
         early loses nothing. A seek, pause or assignment change during the loop takes
-        effect at the next record.
+        effect at the next record. A deserializer that raises ends the loop with
+        RecordDeserializationError, the position at that record (see :meth:`poll`).
         """
         self._check_open()
         if self._iterator is None:
@@ -631,6 +545,7 @@ class Consumer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
+                self._raise_deferred()
                 batch = self._poll(min(remaining, 1.0) * 1000, None, advance=False)
                 for drained in batch:
                     state = drained.state
@@ -638,7 +553,16 @@ class Consumer:
                         continue  # sought, paused, polled or unassigned since drained
                     offsets = drained.offsets.tolist()
                     live = self._live = _LiveBatch(state, drained.epoch, offsets, iter(offsets))
-                    yield from self._records(drained, live.cursor)
+                    records = self._records(drained, live.cursor)
+                    try:
+                        yield from records
+                    except GeneratorExit:  # the loop was left: nothing failed
+                        raise
+                    except BaseException as failure:  # a deserializer raised
+                        error = self._stop_at_failed_record(live, failure)
+                        if not isinstance(failure, Exception):
+                            raise  # KeyboardInterrupt: the position is kept all the same
+                        raise error from failure
                     if self._live is live:  # every record handed out, none of it undone
                         self._live = None
                         state.position = offsets[-1] + 1
@@ -646,6 +570,20 @@ class Consumer:
                     deadline = time.monotonic() + timeout_s
         finally:
             self._iterator = None  # the next iter() starts afresh
+
+    def _stop_at_failed_record(
+        self, live: _LiveBatch, failure: BaseException
+    ) -> RecordDeserializationError:
+        """Leave the iterated partition's position at the record whose deserializer
+        raised (the loop handed out the ones before it) and describe it."""
+        # The cursor yielded the failing record's offset before its key and value were
+        # deserialized (offset comes first in a record), so it counts as taken.
+        taken = len(live.offsets) - live.cursor.__length_hint__()
+        bad = live.offsets[taken - 1]
+        if self._live is live:
+            self._live = None
+            self._fetcher.seek(live.state.tp, bad)  # drops the batch past it
+        return _deserialization_error(live.state.tp, bad, failure)
 
     def _settle(self, stop: bool) -> None:
         """Move the iterated partition's position past the records handed out so far.
@@ -737,7 +675,8 @@ class Consumer:
 
         Raises:
             InvalidRequestError: a timestamp is not an integer >= 0.
-            UnknownTopicOrPartitionError: a partition does not exist.
+            UnknownTopicOrPartitionError: a topic does not exist.
+            PartitionOutOfRangeError: a topic has no such partition.
         """
         self._check_open()
         if not isinstance(timestamps, dict):
@@ -793,7 +732,7 @@ class Consumer:
         self._settle(stop=False)
         offsets = self._checked_offsets(offsets, "commit")
         if offsets:
-            group.commit(offsets)
+            self._commit_now(group, offsets)
 
     def commit_async(
         self,
@@ -807,7 +746,7 @@ class Consumer:
         self._settle(stop=False)
         offsets = self._checked_offsets(offsets, "commit_async")
         if offsets:
-            group.commit_async(offsets, callback)
+            group.commit_async(offsets, self._timed_commit(callback))
         elif callback is not None:
             callback({}, None)
 
@@ -870,7 +809,29 @@ class Consumer:
         assert self._group is not None
         offsets = self._positions(partitions)
         if offsets:
-            self._group.commit(offsets)
+            self._commit_now(self._group, offsets)
+
+    def _commit_now(self, group: GroupMembership, offsets: dict[TopicPartition, int]) -> None:
+        """Commit and wait, counting it in the commit metrics when it succeeds."""
+        start = time.monotonic()
+        group.commit(offsets)
+        now = time.monotonic()
+        self._fetcher.metrics.record_commit(now - start, now)
+
+    def _timed_commit(self, callback: CommitCallback | None) -> CommitCallback:
+        """``callback`` that first counts the commit in the metrics (the time until its
+        answer was seen, at a poll) when it succeeded."""
+        start = time.monotonic()
+        metrics = self._fetcher.metrics
+
+        def done(offsets: dict[TopicPartition, int], error: Exception | None) -> None:
+            if error is None:
+                now = time.monotonic()
+                metrics.record_commit(now - start, now)
+            if callback is not None:
+                callback(offsets, error)
+
+        return done
 
     # ------------------------------------------------------------ flow control
 
@@ -901,6 +862,39 @@ class Consumer:
         """The paused partitions."""
         self._check_open()
         return self._fetcher.paused()
+
+    # ----------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict[str, Any]:
+        """The consumer's metrics under Kafka's names.
+
+        Counted per fetch, per poll and per commit, so reading them costs nothing on the
+        poll path. Rates are per second and latencies in ms, over Kafka's window (the
+        last 30 to 60 s; NaN for an average with nothing in it); ``*-total`` counts
+        since the consumer was made:
+
+        - ``records-consumed-rate`` / ``-total``, ``bytes-consumed-rate`` / ``-total``:
+          what poll(), poll_arrow() and iteration took from the fetched data (bytes as
+          fetched, before conversion).
+        - ``fetch-rate`` / ``-total``, ``fetch-latency-avg`` / ``-max`` (a fetch's round
+          trip, the leader's long-poll wait included), ``fetch-size-avg`` / ``-max``
+          (bytes), ``records-per-request-avg``.
+        - ``records-lag-max``: the largest lag of the assigned partitions, and
+          ``records-lag``: a dict of each partition's lag (its last fetched high
+          watermark minus its position), now rather than over a window.
+        - ``commit-rate`` / ``-total``, ``commit-latency-avg`` / ``-max``: successful
+          offset commits (an async one is timed until its answer is seen, at a poll).
+        - ``assigned-partitions``, ``time-between-poll-avg`` / ``-max``,
+          ``last-poll-seconds-ago``.
+        """
+        self._check_open()
+        self._settle(stop=False)
+        fetcher = self._fetcher
+        return fetcher.metrics.snapshot(
+            time.monotonic(),
+            fetcher.lags(),
+            **{"assigned-partitions": len(fetcher.assignment())},
+        )
 
     # ---------------------------------------------------------------- metadata
 
@@ -978,6 +972,21 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
+
+
+def _deserialization_error(
+    tp: TopicPartition, offset: int, failure: BaseException
+) -> RecordDeserializationError:
+    error = RecordDeserializationError(
+        f"deserializing the record at offset {offset} of {tp.topic}-{tp.partition} failed: "
+        f"{type(failure).__name__}: {failure}. The consumer stays at that record; "
+        f"seek past it to go on (consumer.seek(error.topic_partition, {offset + 1}))",
+        tp.topic,
+        tp.partition,
+        offset,
+    )
+    error.__cause__ = failure
+    return error
 
 
 def _tps(partitions: Iterable[TopicPartition]) -> str:

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.client.cluster import Cluster
+from raystream.client.metrics import ConsumerMetrics
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -85,6 +86,8 @@ class _Buffer:
     """Where the next fetch starts: after the last fetched row, or further when the
     leader examined batches past it that hold no records for this consumer (markers,
     aborted transactions)."""
+    row_bytes: float
+    """Fetched bytes per row (for ``bytes-consumed``)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -94,6 +97,7 @@ class _InFlight:
     future: Any
     offset: int
     epoch: int
+    sent_at: float
 
 
 @dataclass(eq=False, slots=True)
@@ -177,6 +181,7 @@ class Fetcher:
         self._clock = clock
         self._states: dict[TopicPartition, PartitionState] = {}
         self._next_drain = 0
+        self.metrics = ConsumerMetrics()
 
     # -------------------------------------------------------------- assignment
 
@@ -321,7 +326,7 @@ class Fetcher:
                     self.isolation_level,
                 ),
             )
-            state.in_flight = _InFlight(future, offset, state.epoch)
+            state.in_flight = _InFlight(future, offset, state.epoch, now)
         self._refresh(refresh)
 
     def _collectable(self) -> dict[Any, PartitionState]:
@@ -371,9 +376,13 @@ class Fetcher:
             if response.high_watermark >= 0:  # -1: a new leader has none yet
                 state.high_watermark = response.high_watermark
             table, next_offset = response.decode()
+            size = sum(map(len, response.data))
+            now = self._clock()
+            self.metrics.record_fetch(now - flight.sent_at, size, table.num_rows, now)
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
-                state.buffer = _Buffer(table, offsets, 0, flight.offset, next_offset)
+                row_bytes = size / table.num_rows
+                state.buffer = _Buffer(table, offsets, 0, flight.offset, next_offset, row_bytes)
             elif next_offset > flight.offset:  # compacted away, markers, aborted batches
                 state.position = next_offset
         elif isinstance(error, OffsetOutOfRangeError):
@@ -426,6 +435,8 @@ class Fetcher:
         count = len(states)
         drained: list[Drained] = []
         budget = max_records
+        now = self._clock()
+        metrics = self.metrics
         for i in range(count):
             index = (self._next_drain + i) % count
             state = states[index]
@@ -440,6 +451,7 @@ class Fetcher:
             offsets = buffer.offsets[cursor : cursor + take]
             table = buffer.table.slice(cursor, take)
             drained.append(Drained(state, buffer.position, state.epoch, table, offsets))
+            metrics.record_consumed(take, take * buffer.row_bytes, now)
             buffer.cursor = cursor + take
             exhausted = buffer.cursor == len(buffer.offsets)
             buffer.position = buffer.end if exhausted else int(offsets[-1]) + 1
@@ -554,6 +566,15 @@ class Fetcher:
         if handle is None:
             raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no leader now")
         return handle
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """Each assigned partition's lag: the high watermark its last fetch reported
+        minus its position (partitions without either are left out)."""
+        return {
+            tp: max(state.high_watermark - state.position, 0)
+            for tp, state in self._states.items()
+            if state.high_watermark >= 0 and state.position is not None
+        }
 
     # -------------------------------------------------------------------- close
 

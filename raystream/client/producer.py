@@ -22,6 +22,9 @@ leader writes it once however often it is retried: no duplicates, per-partition 
 kept (see :mod:`raystream.client.sender`). Without it (or with acks=0) delivery is at
 least once.
 
+``metrics()`` reports Kafka's producer metrics (record-send-rate, request-latency-avg,
+batch-size-avg, buffer-available-bytes, ...), counted per produce call by the sender.
+
 Transactions (``transactional_id``): ``init_transactions()`` once, then
 ``begin_transaction()``, sends to any partitions of any topics,
 ``send_offsets_to_transaction()`` for a consume-transform-produce loop, and
@@ -75,11 +78,11 @@ from raystream.errors import (
     InvalidRecordError,
     InvalidRequestError,
     InvalidTxnStateError,
+    PartitionOutOfRangeError,
     RaystreamError,
     RaystreamTimeoutError,
     RecordTooLargeError,
     UnknownMemberIdError,
-    UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC, OffsetAndMetadata, offset_records
 from raystream.records import batch_from_table
@@ -103,10 +106,13 @@ class Producer:
         acks: 0, 1 or "all" (-1); see :class:`~raystream.config.ProducerConfig` for this
             and every other option, which keep Kafka's names in snake_case.
         max_block_ms: how long ``send()`` waits for ``buffer_memory`` to free up.
+        **options: further :class:`~raystream.config.ProducerConfig` options, also
+            under Kafka's dotted names (``**{"linger.ms": 10}``).
 
     Raises:
         InvalidRequestError: ``acks`` is not one of 0, 1, "all", -1.
-        InvalidConfigError: another option is invalid (the message names it).
+        InvalidConfigError: another option is invalid or unknown (the message names it,
+            and the closest known option when there is one).
     """
 
     def __init__(
@@ -132,6 +138,7 @@ class Producer:
         buffer_memory: int = 33_554_432,
         max_block_ms: int = 60_000,
         metadata_max_age_ms: int = 300_000,
+        **options: Any,
     ) -> None:
         config = ProducerConfig(
             acks=acks,
@@ -153,16 +160,16 @@ class Producer:
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
             metadata_max_age_ms=metadata_max_age_ms,
-        )
+        ).with_options(options)
         self.config = config
         self.cluster = resolve_cluster(cluster)
-        self._partitioner = resolve_partitioner(partitioner)
+        self._partitioner = resolve_partitioner(config.partitioner)
         self._by_marker = (
             isinstance(self._partitioner, DefaultPartitioner)
             and type(self._partitioner).partition is DefaultPartitioner.partition
         )
-        self._key_serializer = key_serializer
-        self._value_serializer = value_serializer
+        self._key_serializer = config.key_serializer
+        self._value_serializer = config.value_serializer
         self._max_request_size = config.max_request_size
         self._topics = TopicCache(self.cluster)
         self._infos = self._topics._infos  # read-only fast path for send()
@@ -209,7 +216,9 @@ class Producer:
         applied first (not to None). Blocks only when ``buffer_memory`` is full.
 
         Raises:
-            UnknownTopicOrPartitionError: no such topic, or ``partition`` out of range.
+            UnknownTopicOrPartitionError: no such topic.
+            PartitionOutOfRangeError: ``partition`` is negative or not below the
+                topic's partition count (checked against fresh metadata).
             InvalidRecordError: the value or key has the wrong type or fields.
             InvalidRequestError: a bad ``headers``, ``partition`` or ``timestamp_ms``.
             RecordTooLargeError: the record exceeds ``max_request_size``.
@@ -240,8 +249,8 @@ class Producer:
             else:
                 raise InvalidRecordError(
                     f"value must be bytes (or bytearray/memoryview) or None for byte topic "
-                    f"{topic!r}, not {type(value).__name__}; set a value_serializer to send "
-                    "other types"
+                    f"{topic!r}, not {type(value).__name__} {value!r:.60}; set a "
+                    "value_serializer to send other types"
                 )
         else:
             size = _typed_value_size(info, value) + RECORD_OVERHEAD_BYTES
@@ -250,7 +259,8 @@ class Producer:
                 if not isinstance(key, (bytearray, memoryview)):
                     raise InvalidRecordError(
                         f"key must be bytes (or bytearray/memoryview) or None, not "
-                        f"{type(key).__name__}; set a key_serializer to send other types"
+                        f"{type(key).__name__} {key!r:.60}; set a key_serializer to send "
+                        "other types"
                     )
                 key = bytes(key)
             size += len(key)
@@ -284,23 +294,23 @@ class Producer:
 
     def _topic(self, topic: str) -> TopicInfo:
         if not isinstance(topic, str):
-            raise InvalidRequestError(f"topic must be a string, not {type(topic).__name__}")
+            raise InvalidRequestError(
+                f"topic must be a string, not {type(topic).__name__} {topic!r:.60}"
+            )
         return self._topics.get(topic)  # not cached: asks the controller
 
     def _check_partition(self, topic: str, partition: Any) -> int:
         if isinstance(partition, bool) or not isinstance(partition, (int, np.integer)):
             raise InvalidRequestError(
-                f"partition must be an int or None, not {type(partition).__name__}"
+                f"partition must be an int or None, not {type(partition).__name__} "
+                f"{partition!r:.60}"
             )
         partition = int(partition)
         info = self._topics.cached(topic) or self._topics.get(topic)
-        if not 0 <= partition < info.num_partitions:
+        if partition >= info.num_partitions:
             info = self._topics.refresh(topic)  # the topic may have grown
-            if not 0 <= partition < info.num_partitions:
-                raise UnknownTopicOrPartitionError(
-                    f"partition {partition} of topic {topic!r} does not exist "
-                    f"(it has {info.num_partitions})"
-                )
+        if not 0 <= partition < info.num_partitions:
+            raise PartitionOutOfRangeError.of(topic, partition, info.num_partitions)
         return partition
 
     def _custom_partition(self, info: TopicInfo, key: bytes | None) -> int:
@@ -342,7 +352,8 @@ class Producer:
 
         Raises:
             InvalidRecordError: the table does not fit the topic's layout.
-            UnknownTopicOrPartitionError: no such topic, or ``partition`` out of range.
+            UnknownTopicOrPartitionError: no such topic.
+            PartitionOutOfRangeError: ``partition`` is not one of the topic's.
             RaystreamError: a request failed (earlier ones may have been written).
             IllegalStateError: the producer is closed.
         """
@@ -486,6 +497,39 @@ class Producer:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    # ----------------------------------------------------------------- metrics
+
+    def metrics(self) -> dict[str, float]:
+        """The producer's metrics under Kafka's names (``producer-metrics``).
+
+        Counted per produce call by the I/O thread, so reading them costs nothing on the
+        send path. Rates are per second and latencies in ms, over Kafka's window (the
+        last 30 to 60 s; NaN for an average with nothing in it); ``*-total`` counts
+        since the producer was made:
+
+        - ``record-send-rate`` / ``-total``: records sent (a resend counts again, as
+          in Kafka); ``record-retry-rate`` / ``-total``: records resent;
+          ``record-error-rate`` / ``-total``: records that failed for good.
+        - ``request-rate`` / ``-total``, ``response-rate`` / ``-total``,
+          ``request-latency-avg`` / ``-max`` (a produce call's round trip),
+          ``records-per-request-avg``, ``request-size-avg`` / ``-max`` and
+          ``batch-size-avg`` / ``-max`` (bytes per call: a call carries one batch of
+          one partition), ``outgoing-byte-rate`` / ``-total``,
+          ``record-queue-time-avg`` / ``-max`` (ms the oldest record of a call waited).
+        - ``buffer-total-bytes`` (``buffer_memory``), ``buffer-available-bytes``,
+          ``requests-in-flight``.
+        """
+        accumulator = self._accumulator
+        return self._sender.metrics.snapshot(
+            time.monotonic(),
+            **{
+                "buffer-total-bytes": accumulator.buffer_memory,
+                "buffer-available-bytes": accumulator.buffer_memory
+                - accumulator.buffered_bytes,
+                "requests-in-flight": len(self._sender._in_flight),
+            },
+        )
 
     # ---------------------------------------------------------------- metadata
 
@@ -666,7 +710,7 @@ def _typed_value_size(info: TopicInfo, value: Any) -> int:
     if not isinstance(value, Mapping):
         raise InvalidRecordError(
             f"value for typed topic {info.name!r} must be a dict of its fields "
-            f"{sorted(info.value_fields or ())}, not {type(value).__name__}"
+            f"{sorted(info.value_fields or ())}, not {type(value).__name__} {value!r:.60}"
         )
     names = value.keys()
     unknown = names - info.value_fields

@@ -13,6 +13,7 @@ import bisect
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -119,6 +120,9 @@ class ProduceRequest:
         """Record failure of every record in the request."""
         self.error = error
         self.batch = self.indices = self.prepared = None
+        metrics = self.result.metrics
+        if metrics is not None:
+            metrics.record_errors(self.rows, time.monotonic())
         self.result._request_done()
 
     def __repr__(self) -> str:
@@ -142,6 +146,8 @@ class ProduceResult:
     ) -> None:
         self.topic = topic
         self.size_bytes = size_bytes
+        self.metrics: Any = None
+        """The producer's metrics, once the sender took the chunk (failures count)."""
         self.done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[tuple[int, Callable[[Any], Any], bool]] = []

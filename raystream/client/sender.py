@@ -102,6 +102,7 @@ from raystream.client.accumulator import (
     TopicInfo,
     build_requests,
 )
+from raystream.client.metrics import ProducerMetrics, payload_bytes
 from raystream.client.results import ProduceRequest
 from raystream.config import ProducerConfig
 from raystream.errors import (
@@ -389,6 +390,7 @@ class Sender(threading.Thread):
         """Set by a server actor whose Producer writes an internal topic (see
         :data:`raystream.requests.INTERNAL_WRITERS`)."""
         self._new_producer: tuple[int, int] | None = None
+        self.metrics = ProducerMetrics()  # Producer.metrics(); recorded per call
 
     # ------------------------------------------------------------------- control
 
@@ -509,6 +511,7 @@ class Sender(threading.Thread):
     # ------------------------------------------------------------------ queueing
 
     def _enqueue(self, item: Chunk | BulkJob) -> None:
+        item.result.metrics = self.metrics  # failed requests count as record errors
         if isinstance(item, BulkJob):
             requests = item.requests
         else:
@@ -518,8 +521,11 @@ class Sender(threading.Thread):
                     item, info, self._partitioner, self._config.max_request_size
                 )
             except Exception as error:
+                self.metrics.record_errors(len(item), self._clock())
                 item.result.fail_all(_as_raystream_error(error))
                 return
+            if item.result.record_errors:  # records the topic's schema refused
+                self.metrics.record_errors(len(item.result.record_errors), self._clock())
         for request in requests:
             queue = self._queue(request.topic, request.partition)
             queue.pending.append(request)
@@ -581,6 +587,13 @@ class Sender(threading.Thread):
                 self._in_flight[future] = batch
                 future.add_done_callback(self._on_answer)
                 queue.in_flight += 1
+                self.metrics.record_send(
+                    batch.rows,
+                    payload_bytes(batch.payload),
+                    batch.attempts > 1,
+                    now - batch.created,
+                    now,
+                )
                 if self._acks == 0:
                     batch.complete(-1)
             if queue.pending and queue.in_flight:
@@ -692,6 +705,7 @@ class Sender(threading.Thread):
                 continue
             queue = self._queues[(batch.topic, batch.partition)]
             queue.in_flight -= 1
+            self.metrics.record_answer(now - batch.sent_at, now)
             if self._acks == 0:  # completed when issued; errors are not reported
                 continue
             try:

@@ -159,8 +159,8 @@ def test_produce_reports_each_failed_send_and_exits_non_zero(cli, capsys, monkey
     _stdin(monkeypatch, "a\nb\n")
     assert cli("produce", "small", "--partition", "5") == 1
     err = capsys.readouterr().err
-    assert "error: line 1: UnknownTopicOrPartitionError" in err
-    assert "error: line 2: UnknownTopicOrPartitionError" in err
+    assert "error: line 1: PartitionOutOfRangeError" in err
+    assert "error: line 2: PartitionOutOfRangeError" in err
     assert "produced 0 of 2 records to small; 2 failed" in err
 
 

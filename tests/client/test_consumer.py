@@ -27,6 +27,7 @@ from raystream.errors import (
     InvalidRequestError,
     LeaderNotAvailableError,
     OffsetOutOfRangeError,
+    PartitionOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from raystream.records import build_batch
@@ -623,14 +624,18 @@ def test_unknown_topics_and_partitions_are_refused_by_name(idle_topic, consumers
     consumer = consumers()
     with pytest.raises(UnknownTopicOrPartitionError, match="'no-such-topic'"):
         consumer.assign([TopicPartition("no-such-topic", 0)])
-    with pytest.raises(UnknownTopicOrPartitionError, match=rf"partition 5 of topic '{topic}'"):
-        consumer.assign([TopicPartition(topic, 5)])
+    for bad in (5, -1):
+        with pytest.raises(PartitionOutOfRangeError, match=rf"partition {bad} of topic '{topic}'"):
+            consumer.assign([TopicPartition(topic, bad)])
     with pytest.raises(UnknownTopicOrPartitionError, match="'no-such-topic'"):
         consumer.subscribe(["no-such-topic"])
     with pytest.raises(UnknownTopicOrPartitionError, match="'no-such-topic'"):
         consumers("no-such-topic")
-    with pytest.raises(UnknownTopicOrPartitionError, match=rf"partition 9 of topic '{topic}'"):
+    with pytest.raises(PartitionOutOfRangeError, match=r"partition 9 .* not in the range \[0, 1\)"):
         consumer.end_offsets([TopicPartition(topic, 9)])
+    with pytest.raises(PartitionOutOfRangeError, match="partition -3") as raised:
+        consumer.offsets_for_times({TopicPartition(topic, -3): 0})
+    assert not raised.value.retriable
     assert consumer.assignment() == set()
 
 
@@ -679,6 +684,12 @@ def test_bad_config_is_refused_by_name(shared_cluster):
         Consumer(cluster=shared_cluster, max_poll_records=0)
     with pytest.raises(InvalidConfigError, match="'no_such_option'"):
         Consumer(cluster=shared_cluster, no_such_option=1)
+    with pytest.raises(InvalidConfigError, match=r"'max_poll_record' \(did you mean 'max_poll_r"):
+        Consumer(cluster=shared_cluster, max_poll_record=10)
+    with pytest.raises(InvalidConfigError, match=r"'group\.idd' \(did you mean 'group\.id'"):
+        Consumer(cluster=shared_cluster, **{"group.idd": "g"})
+    with pytest.raises(InvalidConfigError, match=r"auto\.offset\.reset='beginning'"):
+        Consumer(cluster=shared_cluster, auto_offset_reset="beginning")
     with pytest.raises(InvalidConfigError, match=r"value\.deserializer=3"):
         Consumer(cluster=shared_cluster, value_deserializer=3)
     assert (

@@ -8,6 +8,7 @@ these tests do not depend on the Consumer. They share one raystream cluster per 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from raystream.errors import (
     InvalidTxnStateError,
     LeaderNotAvailableError,
     NotLeaderError,
+    PartitionOutOfRangeError,
     RaystreamTimeoutError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
@@ -138,6 +140,36 @@ def test_bad_options_are_refused_naming_key_and_value(
 ) -> None:
     with pytest.raises(InvalidConfigError, match=message):
         Producer(cluster=object(), **{option: value})
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"linger": 5}, "key 'linger' (did you mean 'linger_ms'?)"),
+        ({"lingr.ms": 5}, "key 'lingr.ms' (did you mean 'linger.ms'?)"),
+        ({"compresion_type": "lz4"}, "did you mean 'compression_type'?"),
+        ({"bootstrap_servers": "localhost:9092"}, "'bootstrap_servers': a raystream client"),
+        ({"zzz": 1}, "key 'zzz'; known keys: acks, batch_size"),
+    ],
+)
+def test_an_unknown_option_is_refused_by_name_with_the_closest_one(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match=re.escape(message)) as raised:
+        Producer(cluster=object(), **options)
+    assert not raised.value.retriable
+
+
+def test_options_may_use_kafkas_dotted_names() -> None:
+    def serialize(value: Any) -> bytes:
+        return bytes(value)
+
+    producer = Producer(cluster=object(), **{"linger.ms": 7, "value.serializer": serialize})
+    try:
+        assert producer.config.linger_ms == 7
+        assert producer._value_serializer is serialize
+    finally:
+        producer.close(timeout=1)
 
 
 def test_a_transactional_producer_sends_only_inside_a_transaction() -> None:
@@ -495,10 +527,11 @@ def test_bad_sends_are_refused_with_a_message_naming_the_problem(make_topic, pro
     producer = producers(max_request_size=1000)
     cases = [
         (dict(topic="no-such-topic", value=b"v"), UnknownTopicOrPartitionError, "no-such-topic"),
-        (dict(topic=topic, value=b"v", partition=2), UnknownTopicOrPartitionError, "partition 2"),
+        (dict(topic=topic, value=b"v", partition=2), PartitionOutOfRangeError, r"2.*\[0, 2\)"),
+        (dict(topic=topic, value=b"v", partition=-1), PartitionOutOfRangeError, r"-1.*\[0, 2\)"),
         (dict(topic=topic, value=b"v", partition="0"), InvalidRequestError, "partition must"),
-        (dict(topic=topic, value="text"), InvalidRecordError, "not str"),
-        (dict(topic=topic, value=b"v", key=7), InvalidRecordError, "key must be bytes.*not int"),
+        (dict(topic=topic, value="text"), InvalidRecordError, "not str 'text'"),
+        (dict(topic=topic, value=b"v", key=7), InvalidRecordError, "key must be bytes.*not int 7"),
         (dict(topic=topic, value=b"x" * 2000), RecordTooLargeError, "max_request_size=1000"),
         (dict(topic=topic, value=b"v", headers={"a": b"b"}), InvalidRequestError, "headers"),
         (dict(topic=topic, value=b"v", headers=[("a", "text")]), InvalidRequestError, "header"),
@@ -507,8 +540,16 @@ def test_bad_sends_are_refused_with_a_message_naming_the_problem(make_topic, pro
         (dict(topic=42, value=b"v"), InvalidRequestError, "topic must be a string"),
     ]
     for kwargs, error, message in cases:
-        with pytest.raises(error, match=message):
+        with pytest.raises(error, match=message) as raised:
             producer.send(**kwargs)
+        assert raised.value.retriable is (error is UnknownTopicOrPartitionError), kwargs
+    with pytest.raises(PartitionOutOfRangeError, match="partition 5") as raised:
+        producer.send_batch(topic, pa.table({"value": [b"x"]}), partition=5)
+    assert (raised.value.topic, raised.value.partition, raised.value.num_partitions) == (
+        topic,
+        5,
+        2,
+    )
     with pytest.raises(UnknownTopicOrPartitionError, match="no-such-topic"):
         producer.send_batch("no-such-topic", pa.table({"value": [b"x"]}))
     with pytest.raises(InvalidRecordError, match="'value' column"):
