@@ -894,6 +894,7 @@ class PartitionReplica:
                 await asyncio.shield(self._appending)
                 self._appending = None
                 self._set_high_watermark(answer.high_watermark)
+                await self._follow_log_start(answer.log_start_offset)
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
@@ -903,6 +904,14 @@ class PartitionReplica:
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+
+    async def _follow_log_start(self, leader_log_start: int) -> None:
+        """Advance this follower's log start offset to the leader's (Kafka's follower
+        does the same after each fetch), so records deleted on the leader (DeleteRecords)
+        stay deleted after a failover."""
+        start = min(leader_log_start, self.log.log_end_offset)
+        if start > self.log.log_start_offset:
+            await asyncio.to_thread(self.log.delete_records_before, start)
 
     async def _append_fetched(self, chunks: list[Any]) -> None:
         """Append a replica fetch's chunks and take their producers' batches in."""

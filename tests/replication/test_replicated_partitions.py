@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from raystream.records import build_batch
+from raystream.types import TopicPartition
 
 pytestmark = pytest.mark.slow
 
@@ -111,3 +112,33 @@ def test_reassignment_moves_replicas_without_losing_records(replicated) -> None:
     assert after.leader == new_ids[0]
     assert sorted(after.isr) == sorted(new_ids)
     assert produce(replicated, "move", [b"c"]).base_offset == 2
+
+
+def test_followers_take_the_leaders_log_start_so_deleted_records_stay_deleted(
+    replicated, chaos, wait_until
+) -> None:
+    admin = replicated.admin()
+    admin.create_topic("trimmed", replication_factor=3)
+    assert produce(replicated, "trimmed", [b"%d" % i for i in range(10)]).error_code == 0
+    tp = TopicPartition("trimmed", 0)
+    assert admin.delete_records({tp: 6}) == {tp: 6}
+
+    def followers_trimmed():
+        _, states = replica_states(replicated, "trimmed")
+        return all(s["log_start_offset"] == 6 for s in states)
+
+    wait_until(followers_trimmed, 30, "every replica's log start offset at 6")
+    old_leader = admin.describe_topic("trimmed").partitions[0].leader
+    chaos.kill_actor(
+        ray.get_actor(f"replica:trimmed:0:{old_leader}", namespace=replicated.namespace),
+        "the leader of trimmed-0",
+        restart=False,
+    )
+    chaos.verify(min_faults=1)
+    wait_until(
+        lambda: admin.describe_topic("trimmed").partitions[0].leader not in (old_leader, -1, None),
+        30,
+        "a new leader elected from the followers",
+    )
+    with replicated.consumer(auto_offset_reset="earliest") as consumer:
+        assert consumer.beginning_offsets([tp]) == {tp: 6}
