@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from raystream.controller.metadata import check_not_internal, is_internal
 from raystream.errors import InvalidRecordError, InvalidRequestError, InvalidTopicError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import CODECS
@@ -52,9 +53,6 @@ from raystream.protocol import (
 
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
-INTERNAL_PREFIX = "__"
-"""Internal topics (``__consumer_offsets``, ``__transaction_state``, the controller's
-metadata) start with this, as ``raystream.controller.metadata.is_internal`` says."""
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}
 """Accepted ``acks`` values and what each means (-1: the whole ISR)."""
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
@@ -162,11 +160,6 @@ def _offsets(request: Request, name: str) -> None:
             raise _bad(request, name, value, f"{wanted}; {_show(item)} is not one")
 
 
-def is_internal_topic(topic: str) -> bool:
-    """Whether ``topic`` is internal (its name starts with ``__``)."""
-    return topic.startswith(INTERNAL_PREFIX)
-
-
 # ------------------------------------------------------------------------ base
 
 
@@ -266,7 +259,7 @@ class ProduceRequest(PartitionRequest):
             raise _bad(
                 self, "internal_writer", writer, f"None or one of {sorted(INTERNAL_WRITERS)}"
             )
-        if not is_internal_topic(self.topic):
+        if not is_internal(self.topic):
             if writer is not None:
                 raise _bad(self, "internal_writer", writer, f"{self.topic!r} is not internal")
             return
@@ -395,8 +388,7 @@ class DeleteRecordsRequest(PartitionRequest):
     def validate(self) -> None:
         PartitionRequest.validate(self)
         _int(self, "offset", -1, INT64_MAX)
-        if is_internal_topic(self.topic):
-            raise InvalidTopicError(f"cannot delete records of internal topic {self.topic!r}")
+        check_not_internal(self.topic, "delete records of")
 
 
 # ------------------------------------------------------------- group coordinator
@@ -658,5 +650,4 @@ __all__ = [
     "TransactionRequest",
     "TxnOffsetCheckRequest",
     "WriteTxnMarkerRequest",
-    "is_internal_topic",
 ]

@@ -71,6 +71,7 @@ from raystream.client.results import (
 from raystream.client.sender import Sender, TopicCache
 from raystream.client.transactions import TransactionManager
 from raystream.config import ProducerConfig
+from raystream.controller.metadata import check_not_internal
 from raystream.errors import (
     CommitFailedError,
     IllegalGenerationError,
@@ -216,6 +217,7 @@ class Producer:
         applied first (not to None). Blocks only when ``buffer_memory`` is full.
 
         Raises:
+            InvalidTopicError: ``topic`` is internal (``__consumer_offsets``, ...).
             UnknownTopicOrPartitionError: no such topic.
             PartitionOutOfRangeError: ``partition`` is negative or not below the
                 topic's partition count (checked against fresh metadata).
@@ -236,7 +238,8 @@ class Producer:
         if value is not None and self._value_serializer is not None:
             value = self._value_serializer(value)
         info = self._infos.get(topic)
-        if info is None:
+        if info is None:  # the first send to a topic: checked once, then cached
+            check_not_internal(topic, "produce to")
             info = self._topic(topic)
         if info.value_fields is None:
             if type(value) is bytes:
@@ -351,12 +354,25 @@ class Producer:
             the table's rows), and that row's timestamp. Offsets are -1 with acks=0.
 
         Raises:
+            InvalidTopicError: ``topic`` is internal (``__consumer_offsets``, ...).
             InvalidRecordError: the table does not fit the topic's layout.
             UnknownTopicOrPartitionError: no such topic.
             PartitionOutOfRangeError: ``partition`` is not one of the topic's.
             RaystreamError: a request failed (earlier ones may have been written).
             IllegalStateError: the producer is closed.
         """
+        check_not_internal(topic, "produce to")
+        return self._send_batch(topic, table, partition, key_column)
+
+    def _send_batch(
+        self,
+        topic: str,
+        table: pa.Table | pa.RecordBatch,
+        partition: int | None = None,
+        key_column: str | None = None,
+    ) -> list[RecordMetadata]:
+        """:meth:`send_batch` without the internal-topic check: this producer's own
+        offsets go to ``__consumer_offsets`` through here, as records of its transaction."""
         if self._closed:
             raise IllegalStateError("send_batch() after the producer was closed")
         self._not_from_a_callback("send_batch")
@@ -596,7 +612,7 @@ class Producer:
             return
         try:
             partition = txn.add_offsets(group)
-            self.send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
+            self._send_batch(OFFSETS_TOPIC, offset_records(group, committed), partition=partition)
             if metadata is not None:
                 # Checked once the offsets are written, not before: from then on a new
                 # owner's offset fetch waits for this transaction, so a rebalance either

@@ -255,10 +255,27 @@ def test_clients_cannot_write_internal_topics_but_the_trusted_writers_still_do(
     (send_offsets_to_transaction) still go in."""
     offsets_leader = shared_cluster.topic_metadata(OFFSETS_TOPIC, refresh=True).partitions[0]
     before = _replica_state(offsets_leader.leader_handle)
+    bad = pa.table({"value": [b"not a group record"]})
     with shared_cluster.producer() as producer:
         for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            # The producer refuses before sending anything ...
+            with pytest.raises(InvalidTopicError, match=f"produce to topic '{topic}'.*internal"):
+                producer.send(topic, b"not a group record", partition=0)
+            with pytest.raises(InvalidTopicError, match=f"produce to topic '{topic}'.*internal"):
+                producer.send_batch(topic, bad, partition=0)
+            # ... and the replica refuses a request that bypasses the producer.
+            metadata = shared_cluster.topic_metadata(topic, refresh=True)
+            batch = build_batch(metadata.record_schema, [None], [b"x"], [1], None)
+            request = rq.ProduceRequest(topic, 0, encode_records(BatchEncoder(), batch), 1)
+            answer = outcome(send(metadata.partitions[0].leader_handle, request))
             with pytest.raises(InvalidTopicError, match=f"internal topic '{topic}'"):
-                producer.send(topic, b"not a group record", partition=0).get(timeout=60)
+                answer.raise_for_error()
+    with shared_cluster.producer(transactional_id="internal-sender") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        with pytest.raises(InvalidTopicError, match=f"produce to topic '{OFFSETS_TOPIC}'"):
+            producer.send(OFFSETS_TOPIC, b"not a group record", partition=0)
+        producer.abort_transaction()
     assert _replica_state(offsets_leader.leader_handle) == before
     # The group coordinator writes its commits, the transaction coordinator its state,
     # and a transactional producer its offsets, as records of its transaction.
