@@ -270,7 +270,7 @@ LONG_SESSION = {"session_timeout_ms": 60_000, "heartbeat_interval_ms": 200}
 
 
 def test_a_member_whose_actor_crashed_loses_its_partitions_before_its_session_ends(
-    shared_cluster, make_topic, consumers
+    shared_cluster, make_topic, consumers, chaos
 ):
     """Ray reports the crash: the partitions move in seconds, not a session (60 s) later."""
     topic = make_topic(partitions=4)
@@ -281,10 +281,10 @@ def test_a_member_whose_actor_crashed_loses_its_partitions_before_its_session_en
         lambda: len(survivor.assignment()) == 2 and len(ray.get(actor.partitions.remote())) == 2,
         timeout_s=60,
     )
-    ray.kill(actor, no_restart=True)
-    killed = time.monotonic()
+    killed = chaos.kill_actor(actor, "the member actor holding 2 partitions", restart=False).at
     drive([survivor], lambda: len(survivor.assignment()) == 4, timeout_s=30)
     assert time.monotonic() - killed < 20  # the session would have lasted 60 s
+    chaos.verify(min_faults=1)  # the member really died, for good
 
 
 def test_new_partitions_are_shared_out(shared_cluster, make_topic, consumers):
