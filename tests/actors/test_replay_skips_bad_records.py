@@ -25,7 +25,13 @@ from raystream.actors.controller import METADATA_DIR
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log import Log, LogConfig
 from raystream.records import build_batch
+from raystream.requests import (
+    GROUP_COORDINATOR_WRITER,
+    TRANSACTION_COORDINATOR_WRITER,
+    ProduceRequest,
+)
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
+from raystream.transport import outcome, send
 from raystream.types import TopicPartition
 
 FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200}
@@ -33,13 +39,16 @@ FAST = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 200}
 
 def write_to_leader(cluster: Any, topic: str, records: list[tuple[bytes, bytes]]) -> int:
     """Append ``(key, value)`` records to partition 0 of ``topic`` straight at its leader
-    (acks=all); their first offset."""
+    (acks=all), as the topic's coordinator writes them (clients may not); their first
+    offset."""
     metadata = cluster.topic_metadata(topic, refresh=True)
     keys, values = zip(*records, strict=True)
     batch = build_batch(metadata.record_schema, keys, values, [0] * len(keys), None)
-    answer = ray.get(
-        metadata.partitions[0].leader_handle.produce.remote(batch, "all", 30_000), timeout=120
+    writer = (
+        GROUP_COORDINATOR_WRITER if topic == OFFSETS_TOPIC else TRANSACTION_COORDINATOR_WRITER
     )
+    request = ProduceRequest(topic, 0, batch, "all", 30_000, internal_writer=writer)
+    answer = outcome(send(metadata.partitions[0].leader_handle, request), 120)
     answer.raise_for_error()
     return answer.base_offset
 
