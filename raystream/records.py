@@ -390,3 +390,20 @@ def value_columns(value: pa.ChunkedArray) -> dict[str, pa.ChunkedArray]:
         field.name: pa.chunked_array([chunk.flatten()[i] for chunk in value.chunks], field.type)
         for i, field in enumerate(value.type)
     }
+
+
+def keyed_rows(table: pa.Table) -> Iterator[tuple[int, Any, Any]]:
+    """``(offset, key, value)`` per row of a fetched table, in order; the offset is -1
+    when the table has no ``offset`` column. What the coordinators' replays of their
+    internal topics iterate, so a record that does not decode is named by its offset."""
+    offsets = (
+        table.column("offset").to_pylist()
+        if "offset" in table.column_names
+        else [-1] * table.num_rows
+    )
+    return zip(
+        offsets,
+        table.column("key").to_pylist(),
+        table.column("value").to_pylist(),
+        strict=True,
+    )

@@ -31,6 +31,7 @@ import pyarrow as pa
 from raystream.client.partitioner import murmur2
 from raystream.errors import InvalidRecordError
 from raystream.groups.group import Group
+from raystream.records import keyed_rows
 from raystream.types import TopicPartition
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -219,17 +220,7 @@ class GroupStore:
         coordinator writes them, never inside a transaction.
         """
         skipped: list[tuple[int, str]] = []
-        offsets = (
-            table.column("offset").to_pylist()
-            if "offset" in table.column_names
-            else [-1] * table.num_rows
-        )
-        for offset, key, value in zip(
-            offsets,
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            strict=True,
-        ):
+        for offset, key, value in keyed_rows(table):
             try:
                 kind, group_id, *body = decode_record(key, value)
                 group = None

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from raystream.client.partitioner import murmur2
 from raystream.errors import InvalidRecordError
+from raystream.records import keyed_rows
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -129,17 +130,7 @@ class TransactionStore:
         the ones that do not decode are left out and returned as (offset, reason) pairs
         (offsets from the table's ``offset`` column, -1 without one)."""
         skipped: list[tuple[int, str]] = []
-        offsets = (
-            table.column("offset").to_pylist()
-            if "offset" in table.column_names
-            else [-1] * table.num_rows
-        )
-        for offset, key, value in zip(
-            offsets,
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
-            strict=True,
-        ):
+        for offset, key, value in keyed_rows(table):
             try:
                 transactional_id, meta = decode_record(key, value)
             except InvalidRecordError as error:
