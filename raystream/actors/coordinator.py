@@ -45,13 +45,11 @@ import ray
 
 from raystream.actors.direct import DirectPath
 from raystream.actors.liveness import is_down
-from raystream.actors.partition_client import EARLIEST_TIMESTAMP, PartitionClient
+from raystream.actors.partition_client import EARLIEST_TIMESTAMP, PartitionClient, RetriedLoad
 from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
-    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     OffsetOutOfRangeError,
-    RaystreamError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
@@ -129,7 +127,9 @@ class GroupCoordinator:
         """One per group: a group's records are appended one at a time, so that a
         write retried after a lost answer never lands after a newer one."""
         self._client = PartitionClient(namespace)
-        self._loading: asyncio.Future | None = None
+        self._loading = RetriedLoad(
+            self._load, f"the group coordinator could not load {OFFSETS_TOPIC}"
+        )
         self._waiters: dict[str, dict[str, asyncio.Future]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._tick_task: asyncio.Task | None = None
@@ -151,17 +151,7 @@ class GroupCoordinator:
         Raises:
             CoordinatorNotAvailableError: the load failed (retriable).
         """
-        if self._loading is None or (
-            self._loading.done()
-            and (self._loading.cancelled() or self._loading.exception() is not None)
-        ):
-            self._loading = asyncio.ensure_future(self._load())
-        try:
-            await asyncio.shield(self._loading)
-        except RaystreamError as error:
-            raise CoordinatorNotAvailableError(
-                f"the group coordinator could not load {OFFSETS_TOPIC} yet: {error}"
-            ) from error
+        await self._loading.wait()
 
     async def _load(self) -> None:
         await asyncio.gather(

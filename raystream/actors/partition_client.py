@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,7 @@ import ray
 
 from raystream.errors import (
     BrokerNotAvailableError,
+    CoordinatorNotAvailableError,
     LeaderNotAvailableError,
     RaystreamError,
     RaystreamTimeoutError,
@@ -322,4 +324,32 @@ class PartitionClient:
             ) from None
 
 
-__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "PartitionClient"]
+class RetriedLoad:
+    """A coordinator's load of its internal topic, awaited before every request.
+
+    The first request starts it and every request waits for the same load; a load that
+    failed (its partitions unreachable for too long) is started again by the next
+    request, so a coordinator never stays broken after one bad start.
+    """
+
+    def __init__(self, load: Callable[[], Awaitable[None]], what: str) -> None:
+        self._load = load
+        self._what = what
+        self._task: asyncio.Future | None = None
+
+    async def wait(self) -> None:
+        """Wait for the load, starting it (again) if none is running or done well.
+
+        Raises:
+            CoordinatorNotAvailableError: the load failed (retriable), naming ``what``.
+        """
+        task = self._task
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            self._task = task = asyncio.ensure_future(self._load())
+        try:
+            await asyncio.shield(task)
+        except RaystreamError as error:
+            raise CoordinatorNotAvailableError(f"{self._what} yet: {error}") from error
+
+
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "PartitionClient", "RetriedLoad"]

@@ -61,13 +61,12 @@ from raystream.actors.partition_client import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     PartitionClient,
+    RetriedLoad,
 )
 from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
-    CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
-    RaystreamError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -146,7 +145,9 @@ class TransactionCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state_schema: Any = None
         self._coordinator_epoch = 0
-        self._loading: asyncio.Future | None = None
+        self._loading = RetriedLoad(
+            self._load, f"the transaction coordinator could not load {TRANSACTION_STATE_TOPIC}"
+        )
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
 
@@ -167,18 +168,7 @@ class TransactionCoordinator:
         Raises:
             CoordinatorNotAvailableError: the load failed (retriable).
         """
-        if self._loading is None or (
-            self._loading.done()
-            and (self._loading.cancelled() or self._loading.exception() is not None)
-        ):
-            self._loading = asyncio.ensure_future(self._load())
-        try:
-            await asyncio.shield(self._loading)
-        except RaystreamError as error:
-            raise CoordinatorNotAvailableError(
-                f"the transaction coordinator could not load {TRANSACTION_STATE_TOPIC} yet: "
-                f"{error}"
-            ) from error
+        await self._loading.wait()
 
     async def _load(self) -> None:
         self._loop = asyncio.get_running_loop()
