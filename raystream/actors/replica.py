@@ -65,6 +65,7 @@ from raystream.errors import (
 from raystream.log import Log, LogConfig
 from raystream.log.batch import BatchHeader, PayloadDecoder, stored_headers
 from raystream.log.checkpoint import read_int, write_atomically
+from raystream.log.compact import CompactPayload
 from raystream.log.producer_state import (
     NO_PRODUCER_ID,
     AppendCheck,
@@ -562,12 +563,17 @@ class PartitionReplica:
             raise error
         return check
 
-    def _decode(self, data: bytes | pa.Buffer) -> pa.RecordBatch:
-        """The record batch in an Arrow IPC stream (zero-copy; schemas parsed once)."""
+    def _decode(self, data: bytes | pa.Buffer) -> pa.RecordBatch | CompactPayload:
+        """The record batch in a produced payload (zero-copy; schemas parsed once), or a
+        small compact payload to store as it came."""
         try:
-            return self._decoder.decode(data if isinstance(data, pa.Buffer) else pa.py_buffer(data))
+            return self._decoder.decode_produced(
+                data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+            )
         except (pa.ArrowException, ValueError, IndexError, struct.error) as error:
-            raise InvalidRecordError(f"produce data is not an Arrow IPC stream: {error}") from None
+            raise InvalidRecordError(
+                f"produce data is neither an Arrow IPC stream nor a compact payload: {error}"
+            ) from None
 
     async def _await_commit(self, offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark reaches ``offset`` (the ISR has the batch)."""

@@ -341,6 +341,15 @@ class PayloadDecoder:
         """The record batch in ``payload`` (zero-copy: it references ``payload``)."""
         return self.decode_with_schema(payload)[1]
 
+    def decode_produced(self, payload: pa.Buffer) -> pa.RecordBatch | compact.CompactPayload:
+        """A produce request's payload for the leader's append: a small compact one as
+        it came (see :func:`~raystream.log.compact.summarize`), else its record batch."""
+        if payload.size and memoryview(payload)[0] == compact.TAG:
+            produced = compact.summarize(payload)
+            if produced is not None:
+                return produced
+        return self.decode(payload)
+
     def decode_with_schema(self, payload: pa.Buffer) -> tuple[pa.Schema, pa.RecordBatch]:
         """The batch and its cached schema object (identical objects for equal schemas)."""
         return self.decode_at(payload, 0, payload.size)

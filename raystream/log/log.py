@@ -53,7 +53,7 @@ from raystream.log.batch import (
     verify_crc,
 )
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
-from raystream.log.compact import kafka_batch_size
+from raystream.log.compact import CompactPayload, kafka_batch_size
 from raystream.log.config import LogConfig
 from raystream.log.epoch import LeaderEpochCache
 from raystream.log.segment import LOG_SUFFIX, NO_LIMIT, LogSegment
@@ -261,7 +261,7 @@ class Log:
 
     def append(
         self,
-        batch: pa.RecordBatch | pa.Table,
+        batch: pa.RecordBatch | pa.Table | CompactPayload,
         *,
         partition_leader_epoch: int = -1,
         producer_id: int = -1,
@@ -281,6 +281,10 @@ class Log:
         does. With ``message.timestamp.type=LogAppendTime`` that column is overwritten
         with the append time.
 
+        A :class:`~raystream.log.compact.CompactPayload` (a leader's produced small
+        batch) is stored as it came, unless the topic's timestamp type or codec
+        asks for a rewrite.
+
         Args:
             batch: the rows to append (a Table is combined into one batch).
             partition_leader_epoch: the leader epoch that accepted the batch.
@@ -299,7 +303,7 @@ class Log:
             RecordTooLargeError: the batch exceeds ``max.message.bytes`` (see
                 :meth:`_check_message_size`).
         """
-        record_batch = _single_batch(batch)
+        record_batch = batch if type(batch) is CompactPayload else _single_batch(batch)
         with self._lock:
             self._check_open()
             now = self._clock()
@@ -311,18 +315,24 @@ class Log:
                 | (ATTR_COMMIT if is_control and is_commit else 0)
             )
             append_time = config.message_timestamp_type == "LogAppendTime"
+            codec = self._codec(compression)
+            if type(record_batch) is CompactPayload and (append_time or codec is not None):
+                record_batch = record_batch.decode()
             if append_time:
                 record_batch = _with_timestamp(record_batch, facts.timestamp_index, now)
                 attributes |= ATTR_LOG_APPEND_TIME
-            codec = self._codec(compression)
             attributes |= CODECS[codec]
-            payload = self._encoder.payload(record_batch, codec)
-            # The time range after serializing: the batch's data is in the CPU cache now.
-            if append_time:
-                base_timestamp = max_timestamp = now
+            if type(record_batch) is CompactPayload:
+                payload = [record_batch.data]
+                base_timestamp, batch_max = record_batch.timestamp_range(now)
             else:
-                base_timestamp, batch_max = facts.timestamp_range(record_batch, now)
-                max_timestamp = batch_max if max_timestamp is None else max_timestamp
+                payload = self._encoder.payload(record_batch, codec)
+                # The time range after serializing: the data is in the CPU cache now.
+                base_timestamp, batch_max = (
+                    (now, now) if append_time else facts.timestamp_range(record_batch, now)
+                )
+            if append_time or max_timestamp is None:
+                max_timestamp = batch_max
             count = record_batch.num_rows
             base_offset = self._segments[-1].next_offset
             pieces, header = self._encoder.seal(
@@ -339,6 +349,8 @@ class Log:
                 record_count=count,
             )
             if header.size > config.max_message_bytes:
+                if type(record_batch) is CompactPayload:
+                    record_batch = record_batch.decode()
                 self._check_message_size(record_batch, header.size)
             # Rolling moves the batch to a new segment; its offsets stay as encoded.
             self._maybe_roll(header.size, base_offset + count - 1, max_timestamp)

@@ -4,6 +4,8 @@ batches written in the Arrow IPC format before stay readable."""
 
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raystream.errors import RecordTooLargeError
-from raystream.log import OFFSET_COLUMN, compact
+from raystream.log import OFFSET_COLUMN, Log, compact
 from raystream.log.batch import (
     END_OF_STREAM,
     HEADER_SIZE,
@@ -208,6 +210,7 @@ def test_kafka_batch_size_matches_kafka_pythons_encoder():
     """The size max.message.bytes counts is what Kafka's own encoder produces."""
     records_module = pytest.importorskip("kafka.record.default_records")
     rng = np.random.default_rng(7)
+
     def size(high: int) -> bytes:
         return bytes(int(rng.integers(0, high)))
 
@@ -306,3 +309,88 @@ def test_a_follower_copies_compact_batches_and_markers_as_bytes(make_log):
     assert marker.header.is_control and marker.header.is_commit
     assert marker.payload.to_pybytes()[0] == compact.TAG
     assert follower.read(0)["value"].to_pylist() == [b"v%d" % i for i in range(5)]
+
+
+def produced(batch: pa.RecordBatch, codec: str | None = None) -> pa.Buffer:
+    """The payload a producer sends for ``batch``."""
+    return pa.py_buffer(b"".join(bytes(p) for p in BatchEncoder().payload(batch, codec)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=records)
+def test_a_produced_small_batch_is_stored_as_it_came_and_reads_back_the_same(rows):
+    """A leader appends a plain compact payload without decoding it: the log holds the
+    produced bytes, with the batch's row count and time range in its header, and reads
+    back what an append of the decoded batch reads back."""
+    batch = record_batch(rows)
+    payload = produced(batch)
+    summary = PayloadDecoder().decode_produced(payload)
+    headers = batch.column("headers")
+    if headers.null_count < len(headers):
+        assert isinstance(summary, pa.RecordBatch)  # header keys' UTF-8: decode checks it
+        return
+    assert isinstance(summary, compact.CompactPayload)
+    assert summary.num_rows == batch.num_rows
+    assert summary.schema is BYTES_SCHEMA
+    with tempfile.TemporaryDirectory() as left, tempfile.TemporaryDirectory() as right:
+        as_is, decoded = Log.open(left), Log.open(right)
+        as_is.append(summary)
+        decoded.append(batch)
+        (stored,) = as_is.read_batches(0)
+        assert stored.payload.to_pybytes() == payload.to_pybytes()
+        (reference,) = decoded.read_batches(0)
+        assert stored.header == reference.header
+        assert as_is.read(0).equals(decoded.read(0))
+        as_is.close()
+        decoded.close()
+
+
+def test_a_produced_payload_needing_a_rewrite_is_decoded_first(make_log):
+    """Compressed, LogAppendTime or over max.message.bytes: the leader decodes the
+    payload and appends as before."""
+    batch = build_batch(BYTES_SCHEMA, [None, b"k"], [b"x" * 10, b"y"], [START, START + 5], None)
+    assert compact.summarize(produced(batch, "zstd")) is None
+    log = make_log(message_timestamp_type="LogAppendTime", compression_type="zstd")
+    log.append(compact.summarize(produced(batch)))
+    (stored,) = log.read_batches(0)
+    assert stored.header.compression == "zstd"
+    assert stored.header.max_timestamp != START + 5  # the append time
+    assert log.read(0).column("value").to_pylist() == [b"x" * 10, b"y"]
+    small = make_log(max_message_bytes=40)
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes=40"):
+        small.append(compact.summarize(produced(batch)))
+
+
+def test_summarize_accepts_only_what_decode_accepts():
+    """Flipped bytes and truncations of a produced payload: whatever summarize lets a
+    leader store as it came decodes to valid arrays, and every refusal is a ValueError."""
+    batch = build_batch(
+        BYTES_SCHEMA,
+        [b"key", None, b""],
+        [b"v" * 50, b"", None],
+        [START, START + 9, START - 3],
+        None,
+    )
+    payload = produced(batch).to_pybytes()
+    rng = np.random.default_rng(5)
+    damaged = [payload[:cut] for cut in range(1, len(payload))]
+    for _ in range(600):
+        data = bytearray(payload)
+        data[int(rng.integers(1, len(data)))] = int(rng.integers(0, 256))
+        damaged.append(bytes(data))
+    refused = stored = 0
+    for data in damaged:
+        try:
+            summary = compact.summarize(pa.py_buffer(data))
+        except ValueError:
+            refused += 1
+            continue
+        if summary is None:
+            continue
+        stored += 1
+        decoded = summary.decode()
+        decoded.validate(full=True)
+        assert decoded.num_rows == summary.num_rows
+        stamps = [t for t in decoded.column("timestamp").to_pylist() if t is not None]
+        assert (min(stamps), max(stamps)) == summary.timestamp_range(0)
+    assert refused > len(payload) // 2 and stored > 50  # both sides were exercised
