@@ -22,8 +22,9 @@ import psutil
 
 
 @contextlib.contextmanager
-def local_cluster(namespace: str) -> Iterator[Any]:
-    """A fresh Ray and raystream cluster (an ``rs.Cluster``) for one run, gone on exit."""
+def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -> Iterator[Any]:
+    """A fresh Ray and raystream cluster (an ``rs.Cluster``) for one run, gone on exit;
+    ``broker_config``: the cluster's broker settings (Kafka's names)."""
     import ray  # here, so that the storage engine's benchmark runs without Ray
 
     import raystream as rs
@@ -37,7 +38,7 @@ def local_cluster(namespace: str) -> Iterator[Any]:
         log_to_driver=False,
     )
     try:
-        cluster = rs.connect(namespace=namespace, data_dir=data_dir)
+        cluster = rs.connect(namespace=namespace, data_dir=data_dir, broker_config=broker_config)
         yield cluster
         cluster.shutdown()
     finally:

@@ -50,6 +50,7 @@ import pyarrow as pa
 import ray
 
 from raystream.actors.direct import DirectPath
+from raystream.actors.memory import release_free_memory
 from raystream.config import BrokerConfig
 from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
@@ -201,9 +202,6 @@ class PartitionReplica:
         self._sequenced: asyncio.Event | None = None
         self._leader_handle: Any = None
         self._decoder = PayloadDecoder()
-        # pyarrow imports pandas on its first array conversion (up to a second on a
-        # busy machine): pay for it as the replica starts, not in its first produce.
-        pa.array([], pa.int64()).to_numpy()
         self._last_schema: pa.Schema | None = None  # the last schema found equal
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
@@ -395,6 +393,9 @@ class PartitionReplica:
                     self.replica_id,
                     ray.get_runtime_context().was_current_actor_reconstructed,
                 )
+                # Started: what the start-up freed (compiling modules, loading the
+                # controller's class for its handle) goes back to the system.
+                release_free_memory()
                 return
             except Exception:  # the controller may be restarting: try again
                 await asyncio.sleep(delay)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from raystream.log.batch import (
     HEADER_SIZE,
@@ -117,7 +116,7 @@ def _latest_offsets(segments: list[LogSegment], decoder, skip: Skip | None) -> n
     if not keys:
         return np.empty(0, dtype=np.int64)
     table = pa.table({"k": pa.chunked_array(keys), "o": np.concatenate(offsets)})
-    table = table.filter(pc.is_valid(table["k"]))
+    table = table.filter(table["k"].is_valid())
     latest = table.group_by("k").aggregate([("o", "max")])["o_max"]
     return np.sort(latest.to_numpy())
 

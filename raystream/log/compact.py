@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from raystream.records import BYTES_SCHEMA, HEADER_TYPE, HEADERS_TYPE
 
@@ -520,6 +519,10 @@ def _is_binary(data_type: pa.DataType) -> bool:
 
 def _lengths(array: pa.Array) -> np.ndarray:
     """Per-row byte lengths of a binary or string array, -1 for nulls."""
+    # Imported here: the module costs every process about 3 MB, and only the size of a
+    # batch over ``max.message.bytes`` needs it (a replica's common path never does).
+    import pyarrow.compute as pc
+
     lengths = pc.binary_length(array).fill_null(-1)
     return lengths.to_numpy().astype(np.int64)
 

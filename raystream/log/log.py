@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from raystream.errors import (
     CorruptRecordError,
@@ -1112,7 +1111,7 @@ class _SchemaFacts(NamedTuple):
                 return now, now
         dtype = self.timestamp_dtype
         if dtype is None:  # seconds, micro- or nanoseconds
-            milliseconds = pc.cast(column, pa.timestamp("ms"), safe=False)
+            milliseconds = column.cast(pa.timestamp("ms"), safe=False)
             values = milliseconds.to_numpy().view(np.int64)
         else:
             data = column.buffers()[1]
@@ -1273,7 +1272,7 @@ def _timestamps(batch: pa.RecordBatch) -> np.ndarray | None:
         return None
     column = batch.column(index)
     if unit != "int":
-        column = pc.cast(column, pa.timestamp("ms"), safe=False).cast(pa.int64())
+        column = column.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())
     if column.null_count:
         column = column.fill_null(-1)
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
@@ -1284,7 +1283,9 @@ def _with_timestamp(batch: pa.RecordBatch, index: int, now: int) -> pa.RecordBat
     if index < 0:
         return batch
     field = batch.schema.field(index)
-    value = pa.array(np.full(batch.num_rows, now, dtype=np.int64))
+    # From its buffer: ``pa.array`` would import pandas (tens of MB) into a replica.
+    stamps = np.full(batch.num_rows, now, dtype=np.int64)
+    value = pa.Array.from_buffers(pa.int64(), len(stamps), [None, pa.py_buffer(stamps)])
     if pa.types.is_timestamp(field.type):
         value = value.cast(pa.timestamp("ms")).cast(field.type)
     else:
