@@ -479,11 +479,12 @@ class Controller:
         """Read the replicas' states afresh once the actor watch (re)subscribed: a
         change made while it was not subscribed was not seen."""
         with self._lock:
-            ids = [handle._actor_id.hex() for handle in self._handles.values()]
-        for actor_id in ids:
-            state = actor_state(actor_id)
+            handles = list(self._handles.values())
+        for handle in handles:
+            handle.ping.remote()  # one restarted meanwhile waits for a first call
+            state = actor_state(handle._actor_id.hex())
             if state in DOWN_STATES:
-                self._on_actor_state(actor_id, state)
+                self._on_actor_state(handle._actor_id.hex(), state)
 
     def replica_unresponsive(self, topic_name: str, partition: int, replica_id: int) -> Result:
         """A replica's peer reports it silent (a leader that leaves a follower's fetch
@@ -568,10 +569,13 @@ class Controller:
             }
             self._health.forget(set(self._health.to_probe()) - set(self._handles))
         self._probe(handles)
+        with self._lock:
+            ids = {h._actor_id.hex(): h for h in self._handles.values()}
+        # A replica Ray restarted asks for its role once it gets a first call.
+        calls = [ids[i].ping.remote() for i in self._health.take_recovered(ids)]
         down_ids = self._health.take_down(h._actor_id.hex() for h in handles.values())
         hung = self._health.hung()
         down = {key for key, h in handles.items() if key in hung or h._actor_id.hex() in down_ids}
-        calls = []
         with self._lock:
             for topic in list(self.topics.values()):
                 for state in topic.visible_partitions():

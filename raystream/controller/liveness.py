@@ -28,6 +28,8 @@ Example:
     ['a1']
     >>> sorted(health.take_down({"a1", "a2"}))
     []
+    >>> sorted(health.take_recovered({"a1", "a2"}))  # to be woken by a first call
+    ['a1']
 
 Thread-safety: every method may be called from any thread.
 """
@@ -48,6 +50,7 @@ class Liveness:
         self._lock = threading.Lock()
         self._down: set[str] = set()  # down as Ray last said
         self._crashed: set[str] = set()  # went down since the last take_down
+        self._recovered: set[str] = set()  # back up since the last take_recovered
         self._suspects: set[Hashable] = set()
         self._hung: set[Hashable] = set()
 
@@ -60,6 +63,7 @@ class Liveness:
                 return True
             if state == "ALIVE" and actor_id in self._down:
                 self._down.discard(actor_id)
+                self._recovered.add(actor_id)
                 return True
             return False
 
@@ -75,6 +79,15 @@ class Liveness:
             self._down &= watched
             self._crashed = set()
             return down
+
+    def take_recovered(self, watched: Iterable[str]) -> set[str]:
+        """The ids among ``watched`` that Ray restarted since the last call: a restarted
+        replica waits for a first call before it asks for its role, so the caller
+        sends it one."""
+        with self._lock:
+            recovered = self._recovered & set(watched)
+            self._recovered = set()
+            return recovered
 
     def suspect(self, key: Hashable) -> None:
         """A peer reports ``key`` unresponsive: probe it in the next pass."""
