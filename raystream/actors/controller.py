@@ -29,13 +29,14 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
-from raystream.actors.liveness import is_down
+from raystream.actors.liveness import ActorStateWatch, actor_state
 from raystream.actors.replica import ReplicaActor
 from raystream.actors.txn_coordinator import (
     TRANSACTION_COORDINATOR_NAME,
     TransactionCoordinatorActor,
 )
 from raystream.config import BrokerConfig
+from raystream.controller.liveness import DOWN_STATES, Liveness
 from raystream.controller.metadata import (
     PartitionState,
     TopicState,
@@ -87,14 +88,13 @@ DATA_DIR_LOCK_WAIT_S = 10
 """How long a starting controller waits for the data directory's lock: a controller
 that Ray restarts may find its predecessor's process still exiting."""
 MONITOR_INTERVAL_S = 0.5
+"""How often the monitor looks at Ray's node table (one call, whatever the number of
+replicas); a replica's crash or a peer's report wakes it at once."""
+FULL_PASS_S = 10.0
+"""How often the monitor reconciles every partition even when nothing woke it: a safety
+net that costs no call to any replica."""
 PING_TIMEOUT_S = 1.0
-QUICK_PING_S = 0.2
-"""After this long, replicas that have not answered their ping are looked up in Ray's
-actor table: one that Ray is restarting (or gave up on) counts as dead at once."""
-SLOW_PING_STRIKES = 3
-"""Unanswered pings in a row before a replica that Ray reports alive counts as dead; a
-ping that fails, or an actor that Ray is restarting, counts at once, which is what
-makes failover fast."""
+"""How long a probed suspect has to answer before it counts as hung."""
 
 
 def _ping_failed(ref: Any) -> bool:
@@ -214,6 +214,12 @@ class Controller:
             self._start_replicas(topic, list(range(len(topic.visible_partitions()))))
         self._creations: dict[str, _Creation] = {}
         self._stopping = threading.Event()
+        self._health = Liveness()
+        self._wake = threading.Event()  # set by a crash, a report, or shutdown
+        self._watch = ActorStateWatch(
+            ray.get_runtime_context().gcs_address, self._on_actor_state, self._resync
+        )
+        self._watch.start()
         self._monitor_thread = threading.Thread(
             target=self._monitor, name="raystream-controller-monitor", daemon=True
         )
@@ -463,20 +469,63 @@ class Controller:
 
     # ----------------------------------------------------------------- failures
 
+    def _on_actor_state(self, actor_id: str, state: str) -> None:
+        """Ray's word on an actor's new state (any actor of the cluster; the monitor
+        keeps its replicas' ones)."""
+        if self._health.on_state(actor_id, state):
+            self._wake.set()
+
+    def _resync(self) -> None:
+        """Read the replicas' states afresh once the actor watch (re)subscribed: a
+        change made while it was not subscribed was not seen."""
+        with self._lock:
+            handles = list(self._handles.values())
+        for handle in handles:
+            handle.ping.remote()  # one restarted meanwhile waits for a first call
+            state = actor_state(handle._actor_id.hex())
+            if state in DOWN_STATES:
+                self._on_actor_state(handle._actor_id.hex(), state)
+
+    def replica_unresponsive(self, topic_name: str, partition: int, replica_id: int) -> Result:
+        """A replica's peer reports it silent (a leader that leaves a follower's fetch
+        unanswered past its wait, a follower that stopped fetching): the monitor
+        probes it at once, and one that does not answer counts as hung (see
+        :mod:`raystream.controller.liveness`)."""
+        key = (topic_name, partition, replica_id)
+        with self._lock:
+            known = key in self._handles
+        if known:
+            logger.info("%s-%s: replica %s reported unresponsive", *key)
+            self._health.suspect(key)
+            self._wake.set()
+        return Result()
+
     def _monitor(self) -> None:
         """Watch replicas and nodes; fail over leaders, shrink ISRs, replace lost replicas.
 
         Runs on its own thread for the controller's life; it logs and survives every
         exception, and never holds the lock while waiting on replicas.
+
+        Nothing here grows with the number of replicas while the cluster is at rest: a
+        replica's crash comes from Ray (:class:`ActorStateWatch`) and a hang from the
+        replica's peers (:meth:`replica_unresponsive`), each of which wakes the loop at
+        once; between them the loop reads Ray's node table every
+        :data:`MONITOR_INTERVAL_S` (one call) and reconciles all partitions only when
+        something changed, or every :data:`FULL_PASS_S` as a safety net (no replica
+        call unless a partition needs one).
         """
-        strikes: dict[tuple[str, int, int], int] = {}
         known_nodes = set(alive_nodes())
         next_rebalance = time.monotonic() + self.broker.leader_imbalance_check_interval_seconds
+        next_full_pass = 0.0
         while not self._stopping.is_set():
             started = time.monotonic()
             try:
-                self._monitor_once(strikes)
+                woken = self._wake.is_set()
+                self._wake.clear()
                 nodes = set(alive_nodes())
+                if woken or nodes != known_nodes or started >= next_full_pass:
+                    next_full_pass = started + FULL_PASS_S
+                    self._monitor_once(nodes)
                 joined = bool(nodes - known_nodes)
                 known_nodes = nodes
                 if self.broker.auto_leader_rebalance_enable and (
@@ -490,63 +539,51 @@ class Controller:
                         )
             except Exception:
                 logger.exception("controller monitor pass failed")
-            self._stopping.wait(max(MONITOR_INTERVAL_S - (time.monotonic() - started), 0.05))
+            if self._health.hung():
+                self._wake.set()  # probe the hung replicas again each interval
+                self._stopping.wait(MONITOR_INTERVAL_S)
+            else:
+                self._wake.wait(MONITOR_INTERVAL_S)
 
-    def _monitor_once(self, strikes: dict[tuple[str, int, int], int]) -> None:
+    def _probe(self, handles: dict[tuple[str, int, int], Any]) -> None:
+        """Ping the suspects and hung replicas among ``handles``; record who answered."""
+        probes = {
+            key: handles[key].ping.remote() for key in self._health.to_probe() if key in handles
+        }
+        if not probes:
+            return
+        ready, _ = ray.wait(list(probes.values()), num_returns=len(probes), timeout=PING_TIMEOUT_S)
+        answered = set(ready)
+        for key, ref in probes.items():
+            ok = ref in answered and not _ping_failed(ref)
+            if not ok and key not in self._health.hung():
+                logger.warning("%s-%s: replica %s does not answer its probe", *key)
+            self._health.probed(key, ok)
+
+    def _monitor_once(self, nodes: set[str]) -> None:
         with self._lock:  # partitions being created are their creation's to watch
             handles = {
                 key: handle
                 for key, handle in self._handles.items()
-                if key[0] in self.topics
-                and key[1] < len(self.topics[key[0]].visible_partitions())
+                if key[0] in self.topics and key[1] < len(self.topics[key[0]].visible_partitions())
             }
-        nodes = set(alive_nodes())
-        pings = {key: handle.ping.remote() for key, handle in handles.items()}
-        if not pings:
-            return
-        refs = list(pings.values())
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=QUICK_PING_S)
-        unanswered = set(pending)
-        down = {
-            key
-            for key, ref in pings.items()
-            if ref in unanswered and is_down(handles[key]._actor_id.hex())
-        }
-        waiting = [ref for key, ref in pings.items() if ref in unanswered and key not in down]
-        if waiting:
-            more, _ = ray.wait(
-                waiting, num_returns=len(waiting), timeout=PING_TIMEOUT_S - QUICK_PING_S
-            )
-            ready += more
-        ready_set = set(ready)
-        alive: set[tuple[str, int, int]] = set()
-        for key, ref in pings.items():
-            if key in down:
-                answered = failed = True
-            else:
-                answered = ref in ready_set
-                failed = answered and _ping_failed(ref)
-            if answered and not failed:
-                strikes.pop(key, None)
-                alive.add(key)
-                continue
-            strikes[key] = strikes.get(key, 0) + 1
-            if not answered and strikes[key] < SLOW_PING_STRIKES:
-                alive.add(key)  # slow (busy machine), not yet dead
-        calls = []
+            self._health.forget(set(self._health.to_probe()) - set(self._handles))
+        self._probe(handles)
+        with self._lock:
+            ids = {h._actor_id.hex(): h for h in self._handles.values()}
+        # A replica Ray restarted asks for its role once it gets a first call.
+        calls = [ids[i].ping.remote() for i in self._health.take_recovered(ids)]
+        down_ids = self._health.take_down(h._actor_id.hex() for h in handles.values())
+        hung = self._health.hung()
+        down = {key for key, h in handles.items() if key in hung or h._actor_id.hex() in down_ids}
         with self._lock:
             for topic in list(self.topics.values()):
                 for state in topic.visible_partitions():
                     lost = {r for r in state.replicas if state.nodes.get(r) not in nodes}
-                    # A replica created after this pass's pings counts as alive.
                     live = {
                         r
                         for r in state.replicas
-                        if r not in lost
-                        and (
-                            (topic.name, state.partition, r) in alive
-                            or (topic.name, state.partition, r) not in pings
-                        )
+                        if r not in lost and (topic.name, state.partition, r) not in down
                     }
                     calls += self._reconcile(topic, state, live, lost)
         if calls:
@@ -1087,9 +1124,7 @@ class Controller:
             return failure(error)
 
     def _partition(self, topic: TopicState, partition: int) -> PartitionState:
-        if not isinstance(partition, int) or not 0 <= partition < len(
-            topic.visible_partitions()
-        ):
+        if not isinstance(partition, int) or not 0 <= partition < len(topic.visible_partitions()):
             raise UnknownTopicOrPartitionError(
                 f"partition {partition!r} of topic {topic.name!r} does not exist"
             )
@@ -1233,9 +1268,7 @@ class Controller:
         first use, as Kafka creates its offsets topic on the first FindCoordinator."""
         try:
             offsets = self._internal_topic(OFFSETS_TOPIC)
-            return Result(
-                value=self._coordinator(GroupCoordinatorActor, COORDINATOR_NAME, offsets)
-            )
+            return Result(value=self._coordinator(GroupCoordinatorActor, COORDINATOR_NAME, offsets))
         except Exception as error:
             return failure(error)
 
@@ -1310,7 +1343,9 @@ class Controller:
     def shutdown(self) -> Result:
         """Close every replica cleanly and stop it; data stays on disk."""
         self._stopping.set()
+        self._wake.set()
         self._monitor_thread.join(timeout=10)
+        self._watch.stop()
         self._stop_coordinator()
         with self._lock:
             for topic in self.topics.values():

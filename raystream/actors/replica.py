@@ -90,7 +90,20 @@ from raystream.protocol import (
     failure,
     wire_bytes,
 )
-from raystream.replication.isr import FollowerState, expanded_isr, high_watermark, shrunk_isr
+from raystream.replication.housekeeping import (
+    CHECKPOINT,
+    FLUSH,
+    FOLLOWER_CHECK,
+    RETENTION,
+    HousekeepingSchedule,
+)
+from raystream.replication.isr import (
+    FollowerState,
+    expanded_isr,
+    high_watermark,
+    shrunk_isr,
+    silent_followers,
+)
 from raystream.replication.truncation import truncation_offset
 from raystream.requests import (
     ACKS,
@@ -115,7 +128,15 @@ ROLE_LEADER = "leader"
 ROLE_FOLLOWER = "follower"
 ROLE_PENDING = "pending"
 REPLICA_FETCH_MAX_BYTES = 8 << 20
-REPLICA_FETCH_WAIT_MS = 500
+REPLICA_FETCH_WAIT_MS = 1000
+"""How long a follower's fetch waits at the leader for new data (at most half of
+``replica.lag.time.max.ms``): an idle follower costs one round trip per wait, and the
+wait bounds how soon a hung leader is noticed (see UNRESPONSIVE_GRACE_MS)."""
+UNRESPONSIVE_GRACE_MS = 1000
+"""How long past a fetch's wait a peer may stay silent before it is reported to the
+controller as unresponsive: a leader that leaves a follower's fetch unanswered, a
+follower that does not fetch again. The controller then probes it (see
+:mod:`raystream.controller.liveness`)."""
 SEQUENCE_WAIT_MS = 1000
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
@@ -212,6 +233,10 @@ class PartitionReplica:
         self._truncations = 0  # times the log lost a tail (snapshots made before are stale)
         self._isr_change_pending = False
         self._epoch_start_offset = 0
+        self._schedule: HousekeepingSchedule | None = None
+        self._housekeeping_wake: asyncio.Event | None = None
+        self._reported: set[int] = set()  # peers reported unresponsive, not heard since
+        self._fetch_wait_ms = min(REPLICA_FETCH_WAIT_MS, self.broker.replica_lag_time_max_ms // 2)
         self._dispatcher = Dispatcher(
             f"replica {replica_id} of {topic}-{partition}",
             {
@@ -289,7 +314,12 @@ class PartitionReplica:
         tests calling the actor by hand."""
         return await self.handle(
             FetchRequest(
-                self.topic, self.partition, offset, max_bytes, max_wait_ms, min_bytes,
+                self.topic,
+                self.partition,
+                offset,
+                max_bytes,
+                max_wait_ms,
+                min_bytes,
                 isolation_level,
             )
         )
@@ -330,8 +360,10 @@ class PartitionReplica:
             self.partition_epoch = partition_epoch
             self.replicas = list(replicas)
             self.isr = list(isr)
+            self._reported.clear()
             self._update_high_watermark()
             self._wake()
+            self._replan_housekeeping()
         return Result()
 
     async def become_follower(
@@ -360,7 +392,9 @@ class PartitionReplica:
             self.isr = list(isr)
             self.followers = {}
             self._leader_handle = leader_handle
+            self._reported.clear()
             self._wake()
+            self._replan_housekeeping()
             if restart:
                 self._follower_task = asyncio.get_running_loop().create_task(self._follow())
         return Result()
@@ -640,6 +674,7 @@ class PartitionReplica:
                 setattr(self, name, None)
 
     def _notify_appended(self) -> None:
+        self._note_change()
         if self._appended is not None:
             self._appended.set()
             self._appended = None
@@ -648,6 +683,7 @@ class PartitionReplica:
         offset = min(offset, self.log.log_end_offset)
         if offset > self.high_watermark:
             self.high_watermark = offset
+            self._note_change()
             if self._committed is not None:
                 self._committed.set()
                 self._committed = None
@@ -780,7 +816,8 @@ class PartitionReplica:
         if offset < self.log.log_start_offset:  # the follower restarts at log start
             return self._replica_fetch_answer([])
         state = self.followers.setdefault(replica_id, FollowerState(last_caught_up_ms=_now_ms()))
-        state.on_fetch(offset, self.log.log_end_offset, _now_ms())
+        state.on_fetch(offset, self.log.log_end_offset, _now_ms(), request.max_wait_ms)
+        self._reported.discard(replica_id)
         self._update_high_watermark()
         await self._maybe_expand_isr(replica_id, state)
         if offset >= self.log.log_end_offset and request.max_wait_ms > 0:
@@ -832,6 +869,25 @@ class PartitionReplica:
         if wanted != self.isr:
             await self._alter_isr(wanted)
 
+    async def _check_followers(self) -> None:
+        """The leader's look at its followers: shrink the ISR of those lagging (Kafka's
+        rule), and report those gone silent to the controller, once each."""
+        await self._check_isr_lag()
+        for replica_id in silent_followers(self.followers, _now_ms(), UNRESPONSIVE_GRACE_MS):
+            if replica_id not in self._reported:
+                self._reported.add(replica_id)
+                await self._report_unresponsive(replica_id)
+
+    async def _report_unresponsive(self, replica_id: int) -> None:
+        """Tell the controller that a replica of this partition went silent."""
+        try:
+            controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
+            await controller.replica_unresponsive.remote(self.topic, self.partition, replica_id)
+        except Exception:  # the controller is away: the report is an early warning only
+            logger.info(
+                "could not report replica %s of %s-%s", replica_id, self.topic, self.partition
+            )
+
     async def _alter_isr(self, isr: list[int]) -> None:
         """Ask the controller to change the ISR; adopt it once it is durable."""
         if self._isr_change_pending:
@@ -869,7 +925,7 @@ class PartitionReplica:
                 if not truncated:
                     await self._truncate_to_leader(leader)
                     truncated = True
-                answer = await asyncio.wrap_future(
+                answer = await self._leader_answer(
                     send(
                         leader,
                         ReplicaFetchRequest(
@@ -878,7 +934,7 @@ class PartitionReplica:
                             self.replica_id,
                             self.log.log_end_offset,
                             epoch,
-                            REPLICA_FETCH_WAIT_MS,
+                            self._fetch_wait_ms,
                         ),
                     )
                 )
@@ -912,6 +968,28 @@ class PartitionReplica:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
 
+    async def _leader_answer(self, call: Any) -> Any:
+        """The leader's answer to a replica fetch (a future of :func:`send`).
+
+        A leader answers within the fetch's wait; one silent for UNRESPONSIVE_GRACE_MS
+        longer is reported to the controller once, and still waited for: the controller
+        probes it, and a new leader cancels this wait through the role change.
+        """
+        answer = asyncio.wrap_future(call)
+        leader_id = self.leader_id
+        silence_s = (self._fetch_wait_ms + UNRESPONSIVE_GRACE_MS) / 1000
+        try:
+            done, _ = await asyncio.wait([answer], timeout=silence_s)
+            if not done and leader_id not in self._reported:
+                self._reported.add(leader_id)
+                await self._report_unresponsive(leader_id)
+            result = await answer
+        except asyncio.CancelledError:
+            answer.cancel()
+            raise
+        self._reported.discard(leader_id)
+        return result
+
     async def _follow_log_start(self, leader_log_start: int) -> None:
         """Advance this follower's log start offset to the leader's (Kafka's follower
         does the same after each fetch), so records deleted on the leader (DeleteRecords)
@@ -925,6 +1003,8 @@ class PartitionReplica:
         for chunk in chunks:
             await asyncio.to_thread(self.log.append_raw, chunk)
             self.producers.apply_all(stored_headers(chunk))
+        if chunks:
+            self._note_change()
 
     async def _truncate_to_leader(self, leader: Any) -> None:
         cache = self.log.leader_epochs
@@ -950,6 +1030,7 @@ class PartitionReplica:
             self.log.truncate_to(target)
             self._truncations += 1
             self._rebuild_producer_state()
+            self._note_change()
 
     def _rebuild_producer_state(self) -> None:
         """Producer state from the newest usable snapshot plus the batch headers after it."""
@@ -1050,6 +1131,7 @@ class PartitionReplica:
         await self._stop_following()
         for task in self._tasks:
             task.cancel()
+        self._schedule = None
         self.role = ROLE_PENDING
 
     async def ping(self) -> int:
@@ -1066,25 +1148,63 @@ class PartitionReplica:
             ]
 
     async def _housekeeping_loop(self) -> None:
-        retention_every = self.broker.log_retention_check_interval_ms / 1000
-        flush_every = self.broker.log_flush_scheduler_interval_ms / 1000
-        isr_every = self.broker.replica_lag_time_max_ms / 2000
-        tick = min(flush_every, retention_every, isr_every)
-        next_retention = time.monotonic() + retention_every
+        """Run each background duty when it is due (see
+        :class:`~raystream.replication.housekeeping.HousekeepingSchedule`): checkpoints
+        and flushes after changes only, the follower check on a leader with followers
+        only, retention every interval. A replica at rest sleeps until its next
+        retention check; a change that brings a duty forward wakes it
+        (:meth:`_note_change`)."""
+        now = time.monotonic()
+        schedule = HousekeepingSchedule(
+            now,
+            retention_s=self.broker.log_retention_check_interval_ms / 1000,
+            checkpoint_s=self.broker.log_flush_scheduler_interval_ms / 1000,
+            follower_check_s=min(self.broker.replica_lag_time_max_ms / 2, UNRESPONSIVE_GRACE_MS)
+            / 1000,
+        )
+        wake = self._housekeeping_wake = asyncio.Event()
+        self._schedule = schedule
+        schedule.changed(now)  # once after start: recovery may have moved the state
         while True:
-            await asyncio.sleep(tick)
+            now = time.monotonic()
+            flush_due = self._flush_due_s(now)
+            leads = self.role == ROLE_LEADER and len(self.replicas) > 1
+            sleep_s = schedule.next_wake_s(now, flush_due, leads) - now
+            if sleep_s > 0:
+                wake.clear()
+                await self._wait(wake, sleep_s)
+                continue
+            due = schedule.take_due(now, flush_due, leads)
             try:
-                self.log.maybe_flush()
-                self._checkpoint_high_watermark()
-                await self._snapshot_producer_state()
-                if self.role == ROLE_LEADER:
-                    await self._check_isr_lag()
-                if time.monotonic() >= next_retention:
-                    next_retention = time.monotonic() + retention_every
+                if due & {FLUSH, CHECKPOINT}:
+                    self.log.maybe_flush()
+                if CHECKPOINT in due:
+                    self._checkpoint_high_watermark()
+                    await self._snapshot_producer_state()
+                if FOLLOWER_CHECK in due and self.role == ROLE_LEADER:
+                    await self._check_followers()
+                if RETENTION in due:
                     await self._housekeep()
                     self.producers.prune_aborted(self.log.log_start_offset)
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
+                await asyncio.sleep(schedule.checkpoint_s)  # a failing flush: no busy loop
+
+    def _flush_due_s(self, now_s: float) -> float | None:
+        """When ``flush.ms`` asks for the next fsync, in monotonic seconds (None: never)."""
+        due_ms = self.log.flush_due_ms
+        return None if due_ms is None else now_s + (due_ms - _now_ms()) / 1000
+
+    def _note_change(self) -> None:
+        """Something to checkpoint appeared (an append, a new high watermark): wake the
+        housekeeping loop if that brings its next duty before its planned wake-up."""
+        if self._schedule is not None and self._schedule.changed(time.monotonic()):
+            self._replan_housekeeping()
+
+    def _replan_housekeeping(self) -> None:
+        """Wake the housekeeping loop to plan again (a role change, an earlier duty)."""
+        if self._housekeeping_wake is not None:
+            self._housekeeping_wake.set()
 
     async def _delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
         """Kafka's DeleteRecords, on the leader: advance the log start offset to the

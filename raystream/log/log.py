@@ -53,7 +53,7 @@ from raystream.log.batch import (
 )
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
 from raystream.log.compact import CompactPayload, kafka_batch_size
-from raystream.log.config import LogConfig
+from raystream.log.config import NEVER, LogConfig
 from raystream.log.epoch import LeaderEpochCache
 from raystream.log.segment import LOG_SUFFIX, NO_LIMIT, LogSegment
 
@@ -999,6 +999,15 @@ class Log:
             now = self._clock()
             if now - self._recovery_checkpoint_ms >= RECOVERY_CHECKPOINT_INTERVAL_MS:
                 self._write_recovery_point()
+
+    @property
+    def flush_due_ms(self) -> int | None:
+        """When ``flush.ms`` next asks for an fsync (the oldest unflushed append's time
+        plus ``flush.ms``, on the log's clock), or None while none will be due."""
+        first = self._first_unflushed_ms
+        if first is None or self._config.flush_ms >= NEVER:
+            return None
+        return first + self._config.flush_ms
 
     def maybe_flush(self, now_ms: int | None = None) -> bool:
         """Flush if the oldest unflushed append is older than ``flush.ms``."""

@@ -27,16 +27,21 @@ class FollowerState:
         log_end_offset: the follower's LEO (its last fetch offset), -1 before any fetch.
         last_caught_up_ms: the last time the follower was known to be caught up.
         last_fetch_leader_leo: the leader's LEO when the follower last fetched.
-        last_fetch_ms: when the follower last fetched.
+        last_fetch_ms: when the follower last fetched (0 before any fetch).
+        last_fetch_wait_ms: how long that fetch may wait for data before it is answered.
     """
 
     log_end_offset: int = -1
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
+    last_fetch_wait_ms: int = 0
 
-    def on_fetch(self, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> None:
-        """Record a fetch at ``fetch_offset`` (the follower's LEO) at ``now_ms``."""
+    def on_fetch(
+        self, fetch_offset: int, leader_log_end_offset: int, now_ms: int, max_wait_ms: int = 0
+    ) -> None:
+        """Record a fetch at ``fetch_offset`` (the follower's LEO) at ``now_ms`` that may
+        wait up to ``max_wait_ms`` for data."""
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_leo >= 0:
@@ -44,6 +49,7 @@ class FollowerState:
         self.log_end_offset = fetch_offset
         self.last_fetch_leader_leo = leader_log_end_offset
         self.last_fetch_ms = now_ms
+        self.last_fetch_wait_ms = max_wait_ms
 
     def is_caught_up(self, now_ms: int, lag_max_ms: int) -> bool:
         """Whether the follower was caught up within the last ``lag_max_ms``."""
@@ -78,6 +84,22 @@ def shrunk_isr(
         for r in isr
         if r == leader_id or (r in followers and followers[r].is_caught_up(now_ms, lag_max_ms))
     ]
+
+
+def silent_followers(followers: dict[int, FollowerState], now_ms: int, grace_ms: int) -> list[int]:
+    """Followers that fetched before but not again within their last fetch's wait plus
+    ``grace_ms``: a fetch is answered within its wait and a live follower fetches again
+    at once, so such a follower is hung or unreachable (or its leader is).
+
+    Example: a fetch at t=10000 that may wait 1000 ms, grace 1000 ms: the follower is
+    silent from t=12001 on unless it fetched again.
+    """
+    return sorted(
+        r
+        for r, state in followers.items()
+        if state.last_fetch_ms
+        and now_ms > state.last_fetch_ms + state.last_fetch_wait_ms + grace_ms
+    )
 
 
 def expanded_isr(
