@@ -27,6 +27,7 @@ def local_cluster(namespace: str) -> Iterator[Any]:
     import ray  # here, so that the storage engine's benchmark runs without Ray
 
     import raystream as rs
+    from raystream.transport import local_ray_system_config
 
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(
@@ -35,6 +36,7 @@ def local_cluster(namespace: str) -> Iterator[Any]:
         include_dashboard=False,
         logging_level="error",
         log_to_driver=False,
+        _system_config=local_ray_system_config(),
     )
     try:
         cluster = rs.connect(namespace=namespace, data_dir=data_dir)
