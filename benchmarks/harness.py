@@ -28,6 +28,7 @@ def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -
     import ray  # here, so that the storage engine's benchmark runs without Ray
 
     import raystream as rs
+    from raystream.transport import local_ray_system_config
 
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(
@@ -36,6 +37,7 @@ def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -
         include_dashboard=False,
         logging_level="error",
         log_to_driver=False,
+        _system_config=local_ray_system_config(),
     )
     try:
         cluster = rs.connect(namespace=namespace, data_dir=data_dir, broker_config=broker_config)

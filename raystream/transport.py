@@ -52,17 +52,62 @@ CALL_ERRORS = (RayError,)
 """Every way an actor call can fail inside Ray, beyond the method's own answer."""
 
 
+WORKER_STARTUP_CONCURRENCY_PER_CPU = 4
+"""Worker processes a Ray node starts at once, per CPU core (see
+:func:`worker_startup_concurrency`)."""
+WORKER_STARTUP_CONCURRENCY_ENV = "RAY_worker_maximum_startup_concurrency"
+"""The environment variable through which ``ray start`` gives its node the same
+setting (``raystream up`` and ``cluster.yaml`` set it)."""
+
+
+def worker_startup_concurrency() -> int:
+    """How many worker processes a node Ray starts for raystream starts at once.
+
+    Every replica is an actor, so a process: creating a topic of 100 partitions
+    starts 100 Python processes, and Ray by default starts only as many at once as
+    the node has CPUs (``worker_maximum_startup_concurrency``), one wave after
+    another. A start-up is mostly CPU (the interpreter, ``import ray``, the actor's
+    modules), but also waits on Ray's control plane (registering with the raylet,
+    the actor's creation task); a few starts per core in flight keep the cores busy
+    through those waits, so creations finish sooner. More gains nothing on a
+    CPU-bound start and holds more half-started processes in memory at once.
+    """
+    return WORKER_STARTUP_CONCURRENCY_PER_CPU * (os.cpu_count() or 1)
+
+
+def local_ray_system_config() -> dict[str, Any]:
+    """Ray system settings (``ray.init(_system_config=...)``) for a Ray that raystream
+    starts in this process; Ray accepts them only when it starts a node."""
+    return {"worker_maximum_startup_concurrency": worker_startup_concurrency()}
+
+
+def starts_local_ray(address: str | None, temp_dir: str | None = None) -> bool:
+    """Whether ``ray.init(address)`` starts a new local Ray (rather than attaching):
+    "local", or None when neither ``RAY_ADDRESS`` nor a cluster recorded on this
+    machine (under ``temp_dir``, Ray's ``_temp_dir``) names one to attach to."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    if address not in (None, "local"):
+        return False
+    return canonicalize_bootstrap_address(address, temp_dir) is None
+
+
 def ensure_ray(address: str | None, **ray_init_kwargs: Any) -> None:
     """Start or attach to Ray unless this process is connected already.
 
     A Java runtime is provided first: Ray gives a node Java workers (Spark on Ray) only
-    if it finds one when it starts.
+    if it finds one when it starts. A Ray started here gets
+    :func:`local_ray_system_config` under the caller's own ``_system_config``.
     """
     if ray.is_initialized():
         return
     provide_java()
     ray_init_kwargs.setdefault("logging_level", "warning")
     ray_init_kwargs.setdefault("log_to_driver", False)
+    if starts_local_ray(address, ray_init_kwargs.get("_temp_dir")):
+        system_config = local_ray_system_config()
+        system_config.update(ray_init_kwargs.get("_system_config") or {})
+        ray_init_kwargs["_system_config"] = system_config
     ray.init(address=address, **ray_init_kwargs)
 
 

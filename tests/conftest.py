@@ -31,6 +31,7 @@ def ensure_local_ray() -> None:
     import ray
 
     from raystream.java import provide_java
+    from raystream.transport import local_ray_system_config
 
     if not ray.is_initialized():
         provide_java()  # Spark tests need Java workers on the node
@@ -40,6 +41,7 @@ def ensure_local_ray() -> None:
             include_dashboard=False,
             logging_level="warning",
             log_to_driver=False,
+            _system_config=local_ray_system_config(),
         )
 
 

@@ -142,6 +142,9 @@ def test_setup_and_start_commands():
     assert "ray start --head --port=6379 --object-manager-port=8076" in head[1]
     assert "--autoscaling-config=~/ray_bootstrap_config.yaml" in head[1]
     assert "--dashboard-host=0.0.0.0" in head[1]
+    # Many replicas (actor processes) start at once, 4 per core: as raystream's own Ray.
+    startup = "RAY_worker_maximum_startup_concurrency=$((4 * $(nproc))) ray start"
+    assert startup in head[1]
     # raystream starts after Ray, on the directory the setup commands create.
     assert head[2] == (
         f"raystream up --address auto --data-dir {DATA_DIR} --config listener.host=node"
@@ -151,6 +154,7 @@ def test_setup_and_start_commands():
     assert worker[0] == "ray stop"
     assert len(worker) == 2
     assert "ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076" in worker[1]
+    assert startup in worker[1]
 
 
 def test_validation_rejects_broken_configs():

@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader, preferred_leader
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
+from raystream.transport import worker_startup_concurrency
 from raystream.types import PartitionDescription, TopicDescription
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,12 @@ for Ray to free their names (so the topic can be created again at once)."""
 DATA_DIR_LOCK_WAIT_S = 10
 """How long a starting controller waits for the data directory's lock: a controller
 that Ray restarts may find its predecessor's process still exiting."""
+REPLICA_STARTS_PER_NODE = worker_startup_concurrency()
+"""Replicas a creation starts on one node at a time (see ``_start_new_replicas``):
+as many as the node starts worker processes at once, assuming nodes alike."""
+PROGRESS_INTERVAL_S = 0.5
+"""How often a creation counts the replicas that serve (``creation_progress``) while it
+waits for the rest."""
 MONITOR_INTERVAL_S = 0.5
 """How often the monitor looks at Ray's node table (one call, whatever the number of
 replicas); a replica's crash or a peer's report wakes it at once."""
@@ -159,11 +166,39 @@ class _Creation:
             (a client retrying after the controller restarted) waits for this one.
         done: set once the creation is finished or rolled back.
         error: why it failed (None when it succeeded).
+        replicas: how many replica actors it starts (0 until they are counted).
+        replicas_started: how many of them serve so far (see ``creation_progress``).
     """
 
     request: tuple[Any, ...]
     done: threading.Event = field(default_factory=threading.Event)
     error: Exception | None = None
+    replicas: int = 0
+    replicas_started: int = 0
+
+
+@dataclass
+class _Deadline:
+    """When a creation gives up (monotonic seconds).
+
+    With the caller's ``timeout_ms`` it is fixed, as Kafka's CreateTopics timeout.
+    Without one, a creation lasts as long as its replicas keep starting: every
+    replica that serves moves the deadline to ``stall_s`` later, so a topic of many
+    partitions (one process each, a second or two of CPU apiece) is not rolled back
+    only for being large, while one whose replicas stop starting still is.
+    """
+
+    at: float
+    stall_s: float | None = None
+
+    def left_s(self) -> float:
+        """Seconds left (0 once passed)."""
+        return max(self.at - time.monotonic(), 0.0)
+
+    def progressed(self) -> None:
+        """A replica started: with no fixed timeout, the deadline moves on."""
+        if self.stall_s is not None:
+            self.at = max(self.at, time.monotonic() + self.stall_s)
 
 
 class Controller:
@@ -728,7 +763,7 @@ class Controller:
         replication_factor: int | None,
         config: dict[str, Any],
         value_schema: bytes | None,
-        deadline: float,
+        deadline: _Deadline,
     ) -> TopicMetadata:
         validate_count(partitions, "partitions")
         if replication_factor is None:
@@ -770,13 +805,14 @@ class Controller:
             return self._topic_metadata(self._topic(name))
 
     @staticmethod
-    def _deadline(timeout_ms: int | None) -> float:
-        """The monotonic deadline of a creation that may take ``timeout_ms``."""
+    def _deadline(timeout_ms: int | None) -> _Deadline:
+        """The deadline of a creation that may take ``timeout_ms`` (None: as long as
+        its replicas keep starting, see :class:`_Deadline`)."""
         if timeout_ms is None:
-            return time.monotonic() + REPLICA_READY_TIMEOUT_S
+            return _Deadline(time.monotonic() + REPLICA_READY_TIMEOUT_S, REPLICA_READY_TIMEOUT_S)
         if not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1:
             raise InvalidRequestError(f"timeout_ms must be an integer >= 1, not {timeout_ms!r}")
-        return time.monotonic() + timeout_ms / 1000
+        return _Deadline(time.monotonic() + timeout_ms / 1000)
 
     def _check_capacity(self, name: str, placement: list[list[str]]) -> None:
         """Refuse new replicas beyond the live nodes' limits (see ``check_capacity``).
@@ -788,7 +824,7 @@ class Controller:
         limits = replica_limits(memory, self.broker.max_replicas_per_node)
         check_capacity(name, placement, existing, limits)
 
-    def _build(self, topic: TopicState, creation: _Creation, deadline: float) -> None:
+    def _build(self, topic: TopicState, creation: _Creation, deadline: _Deadline) -> None:
         """Start the replicas of the partitions being created, then record the topic as
         created; roll back on failure. Sets ``creation``'s outcome.
 
@@ -800,7 +836,7 @@ class Controller:
         assert first is not None
         try:
             try:
-                self._start_new_replicas(topic, first, deadline)
+                self._start_new_replicas(topic, first, creation, deadline)
                 with self._lock:
                     topic.creating_from = None
                     self._persist(topic.name, topic)
@@ -817,47 +853,81 @@ class Controller:
                     del self._creations[topic.name]
             creation.done.set()
 
-    def _start_new_replicas(self, topic: TopicState, first: int, deadline: float) -> None:
+    def _start_new_replicas(
+        self, topic: TopicState, first: int, creation: _Creation, deadline: _Deadline
+    ) -> None:
         """Find or create the replicas of partitions ``first``.. and wait, without the
-        lock, until each serves and knows its role."""
+        lock, until each serves and knows its role.
+
+        Each replica is a process whose start is mostly CPU (the interpreter, Ray,
+        the replica's modules). Asking Ray for all of them at once would start them
+        all together, sharing the cores, so none would serve until nearly all do;
+        instead at most REPLICA_STARTS_PER_NODE start on a node at a time, the next
+        as soon as one serves. The cores stay busy, the replicas come up at a steady
+        pace (counted into ``creation`` for ``creation_progress``), and a node never
+        holds a hundred half-started processes at once. The first replica that fails
+        to start ends the wait.
+        """
         keys = [
             (topic.name, state.partition, replica_id)
             for state in topic.partitions[first:]
             for replica_id in state.replicas
         ]
-        handles: dict[tuple[str, int, int], Any] = {}
+        creation.replicas = len(keys)
+        queues: dict[str, deque[tuple[str, int, int]]] = {}
         for key in keys:
-            try:
-                handles[key] = ray.get_actor(replica_actor_name(*key), namespace=self.namespace)
-            except ValueError:
-                handles[key] = self._create_replica(topic, key[1], key[2])
-        with self._lock:
-            self._handles.update(handles)
-        pings = {ref: key for key, ref in ((k, h.ping.remote()) for k, h in handles.items())}
-        ready, pending = ray.wait(
-            list(pings), num_returns=len(pings), timeout=max(deadline - time.monotonic(), 0)
-        )
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayError as error:
-                raise BrokerNotAvailableError(
-                    f"topic {topic.name!r} was not created: its replica "
-                    f"{replica_actor_name(*pings[ref])} failed to start: {_cause(error)}; it "
-                    "was rolled back"
-                ) from None
-        if pending:
-            late = sorted(replica_actor_name(*pings[ref]) for ref in pending)
+            node = topic.partitions[key[1]].nodes[key[2]]
+            queues.setdefault(node, deque()).append(key)
+        starting: dict[Any, tuple[str, int, int]] = {}  # ping -> replica
+        per_node: Counter[str] = Counter()
+
+        def start_more() -> None:
+            for node, queue in queues.items():
+                while queue and per_node[node] < REPLICA_STARTS_PER_NODE:
+                    key = queue.popleft()
+                    try:
+                        handle = ray.get_actor(replica_actor_name(*key), namespace=self.namespace)
+                    except ValueError:
+                        handle = self._create_replica(topic, key[1], key[2])
+                    with self._lock:
+                        self._handles[key] = handle
+                    starting[handle.ping.remote()] = key
+                    per_node[node] += 1
+
+        start_more()
+        while starting and deadline.left_s() > 0:
+            ready, _ = ray.wait(
+                list(starting), num_returns=1, timeout=min(PROGRESS_INTERVAL_S, deadline.left_s())
+            )
+            if ready:
+                ready = ray.wait(list(starting), num_returns=len(starting), timeout=0)[0]
+            for ref in ready:
+                key = starting.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as error:
+                    raise BrokerNotAvailableError(
+                        f"topic {topic.name!r} was not created: its replica "
+                        f"{replica_actor_name(*key)} failed to start: {_cause(error)}; "
+                        "it was rolled back"
+                    ) from None
+                per_node[topic.partitions[key[1]].nodes[key[2]]] -= 1
+                creation.replicas_started += 1
+                deadline.progressed()
+            start_more()
+        late = sorted(replica_actor_name(*key) for key in starting.values())
+        late += sorted(replica_actor_name(*key) for queue in queues.values() for key in queue)
+        if late:
             raise RaystreamTimeoutError(
-                f"topic {topic.name!r} was not created: {len(pending)} of its "
-                f"{len(pings)} new replicas did not start in time ({', '.join(late[:3])}"
+                f"topic {topic.name!r} was not created: {len(late)} of its "
+                f"{len(keys)} new replicas did not start in time ({', '.join(late[:3])}"
                 f"{', ...' if len(late) > 3 else ''}); it was rolled back"
             )
         with self._lock:
             new = topic.partitions[first:]
             calls = [call for state in new for call in self._push_roles(topic, state)]
         try:
-            ray.get(calls, timeout=max(deadline - time.monotonic(), 0.001))
+            ray.get(calls, timeout=max(deadline.left_s(), 0.001))
         except ray.exceptions.GetTimeoutError:
             raise RaystreamTimeoutError(
                 f"topic {topic.name!r} was not created: its new replicas did not take their "
@@ -912,9 +982,9 @@ class Controller:
         )
 
     @staticmethod
-    def _join(name: str, creation: _Creation, deadline: float) -> None:
+    def _join(name: str, creation: _Creation, deadline: _Deadline) -> None:
         """Wait for a creation another call (or the restarted controller) runs."""
-        if not creation.done.wait(max(deadline - time.monotonic(), 0)):
+        if not creation.done.wait(deadline.left_s()):
             raise RaystreamTimeoutError(f"topic {name!r} is still being created; try again")
         if creation.error is not None:
             raise type(creation.error)(str(creation.error))
@@ -937,7 +1007,7 @@ class Controller:
 
         def finish() -> None:
             try:
-                self._build(topic, creation, time.monotonic() + REPLICA_READY_TIMEOUT_S)
+                self._build(topic, creation, self._deadline(None))
                 logger.warning("finished creating topic %s after a controller restart", topic.name)
             except Exception:
                 logger.exception("could not finish creating topic %s", topic.name)
@@ -965,6 +1035,19 @@ class Controller:
             str(key).replace("_", "."): getattr(validated, str(key).replace(".", "_"))
             for key in config
         }
+
+    def creation_progress(self, name: str) -> dict[str, int] | None:
+        """How far the creation (or partition addition) of topic ``name`` is, as
+        ``{"replicas": ..., "replicas_started": ...}``, or None when none is under way.
+
+        A large creation takes a while (each replica is a process to start): clients
+        poll this beside their ``create_topic`` call to show progress.
+        """
+        with self._lock:
+            creation = self._creations.get(name)
+        if creation is None:
+            return None
+        return {"replicas": creation.replicas, "replicas_started": creation.replicas_started}
 
     def delete_topic(self, name: str) -> Result:
         """Delete a topic, its replica actors and their data (not an internal topic,

@@ -311,7 +311,7 @@ def _up(args: argparse.Namespace) -> int:
                 command.append(f"--num-cpus={args.num_cpus}")
             print("starting a local Ray:", " ".join(command[3:]), flush=True)
             provide_java()  # the node gets Java workers (Spark on Ray) only if it finds one
-            subprocess.run(command, check=True, capture_output=True)
+            subprocess.run(command, check=True, capture_output=True, env=_ray_start_env())
             ray.init(address="auto", logging_level="error", log_to_driver=False)
     cluster = connect(
         address=address,
@@ -322,6 +322,17 @@ def _up(args: argparse.Namespace) -> int:
     _remember_data_dir(args.namespace, cluster.data_dir)
     print(f"raystream is up: namespace {cluster.namespace!r}, data in {cluster.data_dir}")
     return 0
+
+
+def _ray_start_env() -> dict[str, str]:
+    """The environment of ``ray start``: the node starts as many worker processes at
+    once as a Ray raystream starts in-process (see ``worker_startup_concurrency``),
+    unless the caller's environment says otherwise."""
+    from raystream.transport import WORKER_STARTUP_CONCURRENCY_ENV, worker_startup_concurrency
+
+    env = dict(os.environ)
+    env.setdefault(WORKER_STARTUP_CONCURRENCY_ENV, str(worker_startup_concurrency()))
+    return env
 
 
 def _state_file() -> str:

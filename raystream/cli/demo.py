@@ -125,6 +125,7 @@ def _run(orders: int, partitions: int, data_dir: str) -> int:
 
     import raystream as rs
     from raystream.java import provide_java
+    from raystream.transport import local_ray_system_config
 
     started = _step("starting an embedded local cluster (Ray in this process)")
     provide_java()  # Ray gives its node Java workers (for Spark) only if Java is there now
@@ -134,6 +135,7 @@ def _run(orders: int, partitions: int, data_dir: str) -> int:
         include_dashboard=False,
         logging_level="error",
         log_to_driver=False,
+        _system_config=local_ray_system_config(),
     )
     try:
         cluster = rs.connect(namespace="raystream-demo", data_dir=data_dir)

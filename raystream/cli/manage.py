@@ -13,7 +13,9 @@ import dataclasses
 import datetime
 import json
 import sys
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from raystream.errors import (
     GroupIdNotFoundError,
@@ -24,6 +26,12 @@ from raystream.errors import (
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
 DRY_RUN_NOTE = "(dry run: nothing changed; add --execute to apply)"
+PROGRESS_AFTER_S = 1.0
+"""A creation still under way after this long shows its progress: a large one takes
+a while, since every replica is a process to start."""
+PROGRESS_EVERY_S = 1.0
+
+T = TypeVar("T")
 
 
 def print_json(document: Any) -> None:
@@ -111,14 +119,66 @@ def status(args: argparse.Namespace, cluster: Any) -> int:
     return 0
 
 
+def with_progress(cluster: Any, name: str, run: Callable[[], T]) -> T:
+    """``run()`` (creating topic ``name`` or adding partitions to it), showing on
+    stderr how many of the new replicas serve while it takes longer than
+    PROGRESS_AFTER_S: a line each PROGRESS_EVERY_S when the count moved, rewritten in
+    place on a terminal.
+
+    The call runs on a thread of its own and this one asks the controller for the
+    creation's progress (``creation_progress``); an interrupt leaves the creation to
+    the controller, which finishes it or rolls it back.
+    """
+    outcome: list[Any] = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, run()))
+        except BaseException as error:  # raised again on the caller's thread
+            outcome.append((False, error))
+
+    worker = threading.Thread(target=call, name=f"create-{name}", daemon=True)
+    worker.start()
+    worker.join(PROGRESS_AFTER_S)
+    in_place = sys.stderr.isatty()
+    shown: tuple[int, int] | None = None
+    while worker.is_alive():
+        progress = cluster.call("creation_progress", name)
+        if progress and progress["replicas"]:
+            counts = (progress["replicas_started"], progress["replicas"])
+            if counts != shown:
+                shown = counts
+                line = f"topic {name}: {counts[0]}/{counts[1]} replicas started"
+                print(
+                    ("\r" if in_place else "") + line,
+                    end="" if in_place else "\n",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        worker.join(PROGRESS_EVERY_S)
+    ok, value = outcome[0]
+    if shown is not None:
+        if ok and shown[0] != shown[1]:
+            line = f"topic {name}: {shown[1]}/{shown[1]} replicas started"
+            print(("\r" if in_place else "") + line, file=sys.stderr, flush=True)
+        elif in_place:
+            print(file=sys.stderr, flush=True)
+    if not ok:
+        raise value
+    return value
+
+
 def topics(args: argparse.Namespace, cluster: Any) -> int:
     """``topics create | list | describe | delete | alter | delete-records``."""
     from raystream.cli import parse_config
 
     admin = cluster.admin()
     if args.action == "create":
-        description = admin.create_topic(
-            args.name, args.partitions, args.replication_factor, parse_config(args.config)
+        config = parse_config(args.config)
+        description = with_progress(
+            cluster,
+            args.name,
+            lambda: admin.create_topic(args.name, args.partitions, args.replication_factor, config),
         )
         print(f"created topic {description.name} with {len(description.partitions)} partitions")
     elif args.action == "list":
@@ -141,7 +201,9 @@ def topics(args: argparse.Namespace, cluster: Any) -> int:
         if args.partitions is None and not args.config:
             raise InvalidConfigError("topics alter needs --partitions and/or --config")
         if args.partitions is not None:
-            admin.create_partitions(args.name, args.partitions)
+            with_progress(
+                cluster, args.name, lambda: admin.create_partitions(args.name, args.partitions)
+            )
         if args.config:
             admin.alter_topic_config(args.name, parse_config(args.config))
         print_topic(admin.describe_topic(args.name))

@@ -68,8 +68,10 @@ class Admin:
 
         Returns once every replica serves. The topic is created whole or not at all:
         other clients do not see it before then, and a creation that fails or takes
-        longer than ``timeout_ms`` (kafka-python's name; default 120 s) is rolled back,
-        so the name can be used again at once.
+        longer than ``timeout_ms`` (kafka-python's name) is rolled back, so the name
+        can be used again at once. Without ``timeout_ms`` it is rolled back once no
+        replica has started for 120 s (each replica is a process: a topic of many
+        partitions takes a while), and this call waits up to 300 s for it.
 
         Raises:
             TopicAlreadyExistsError, InvalidTopicError, InvalidPartitionsError,

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import ray
-from ray._private import state as ray_state
 
 import raystream as rs
 from raystream.actors.controller import replica_actor_name
@@ -35,13 +34,12 @@ def shared(shared_cluster):
 
 
 def replica_actors(cluster: rs.Cluster, topic: str) -> list[str]:
-    """Names of the topic's replica actors Ray has not buried, from its actor table."""
+    """Names of the topic's replica actors that hold their name in the cluster's
+    namespace (alive or restarting; Ray frees a dead actor's name)."""
     return sorted(
-        info["Name"]
-        for info in ray_state.actors().values()
-        if info.get("Name", "").startswith(f"replica:{topic}:")
-        and info.get("RayNamespace") == cluster.namespace
-        and info.get("State") != "DEAD"
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == cluster.namespace and actor["name"].startswith(f"replica:{topic}:")
     )
 
 
@@ -55,6 +53,11 @@ def wait_for_actor(cluster: rs.Cluster, name: str, timeout_s: float = 60) -> Non
         except ValueError:
             assert time.monotonic() < deadline, f"{name} was never created"
             time.sleep(0.01)
+
+
+def log_dirs(cluster: rs.Cluster, topic: str) -> list[str]:
+    """The topic's replica log directories in the cluster's data dir."""
+    return sorted(d for d in os.listdir(cluster.data_dir) if d.startswith(f"{topic}-"))
 
 
 def assert_absent(cluster: rs.Cluster, topic: str) -> None:
@@ -75,9 +78,10 @@ def test_admin_changes_to_internal_topics_are_refused(shared) -> None:
             ("create", lambda n=name: admin.create_topic(n)),
             ("delete", lambda n=name: admin.delete_topic(n)),
             ("add partitions to", lambda n=name: admin.create_partitions(n, 5)),
-            ("alter the config of", lambda n=name: admin.alter_topic_config(
-                n, {"cleanup.policy": "delete"}
-            )),
+            (
+                "alter the config of",
+                lambda n=name: admin.alter_topic_config(n, {"cleanup.policy": "delete"}),
+            ),
         ]
         for action, call in calls:
             with pytest.raises(InvalidTopicError, match=f"cannot {action} topic '{name}'"):
@@ -165,10 +169,13 @@ def test_partitions_beyond_the_nodes_replica_limit_are_refused_up_front(cluster_
     with pytest.raises(InvalidPartitionsError, match="^4 " + refused.format("big", 3)):
         admin.create_topic("big", partitions=4)
     assert_absent(cluster, "big")
+    assert log_dirs(cluster, "big") == []
     admin.create_topic("fits", partitions=2)
     with pytest.raises(InvalidPartitionsError, match="^2 " + refused.format("fits", 1)):
         admin.create_partitions("fits", 4)
     assert len(admin.describe_topic("fits").partitions) == 2
+    assert replica_actors(cluster, "fits") == ["replica:fits:0:0", "replica:fits:1:0"]
+    assert log_dirs(cluster, "fits") == ["fits-0.r0", "fits-1.r0"]
     assert len(admin.create_partitions("fits", 3).partitions) == 3
 
 
