@@ -208,16 +208,6 @@ def send(actor: Any, request: Any) -> Future:
     return _ROUTES.call(actor, HANDLE, (request,))
 
 
-def finished(futures: Sequence[Future], timeout_s: float = 0.0) -> list[Future]:
-    """Those of ``futures`` that are done, waiting up to ``timeout_s`` for the first."""
-    if not futures:
-        return []
-    done, _ = concurrent.futures.wait(
-        futures, timeout=timeout_s, return_when=concurrent.futures.FIRST_COMPLETED
-    )
-    return [f for f in futures if f in done]
-
-
 def outcome(future: Future, timeout_s: float | None = None, what: str = "request") -> Any:
     """The answer of a :func:`call`, with Ray's and the wire's errors translated.
 

@@ -35,6 +35,7 @@ Not thread-safe: one fetcher belongs to one Consumer, used from one thread.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ from raystream.errors import (
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.requests import FetchRequest, ListOffsetsRequest
-from raystream.transport import finished, outcome, send
+from raystream.transport import outcome, send
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -181,6 +182,9 @@ class Fetcher:
         self._clock = clock
         self._states: dict[TopicPartition, PartitionState] = {}
         self._next_drain = 0
+        # Fetches answered and not collected yet, appended by the futures' callbacks.
+        self._arrived = threading.Condition()
+        self._answered: list[tuple[PartitionState, _InFlight]] = []
         self.metrics = ConsumerMetrics()
 
     # -------------------------------------------------------------- assignment
@@ -284,7 +288,7 @@ class Fetcher:
         deadline = self._clock() + timeout_s
         while True:
             self._reset([s for s in self._states.values() if s.position is None and not s.paused])
-            self._collect(0.0)
+            self._collect()
             self._send()
             self._raise_error()
             drained = self._drain(max_records, advance)
@@ -326,31 +330,43 @@ class Fetcher:
                     self.isolation_level,
                 ),
             )
-            state.in_flight = _InFlight(future, offset, state.epoch, now)
+            flight = state.in_flight = _InFlight(future, offset, state.epoch, now)
+            future.add_done_callback(
+                lambda _, state=state, flight=flight: self._on_answer(state, flight)
+            )
         self._refresh(refresh)
 
-    def _collectable(self) -> dict[Any, PartitionState]:
-        return {
-            s.in_flight.future: s
-            for s in self._states.values()
-            if s.in_flight is not None and s.buffer is None
-        }
+    def _on_answer(self, state: PartitionState, flight: _InFlight) -> None:
+        """A fetch finished (runs on the thread that completed its future): note it and
+        wake a waiting poll. Only finished fetches are ever looked at again, so a poll
+        costs the same with four partitions or four hundred."""
+        with self._arrived:
+            self._answered.append((state, flight))
+            self._arrived.notify()
 
-    def _collect(self, timeout_s: float) -> None:
+    def _collect(self) -> None:
         """Take in the finished fetches of partitions whose buffers are empty.
 
-        Waits up to ``timeout_s`` for the first one, then takes every other one that is
-        already done.
+        A finished fetch of a partition that still has buffered rows waits (in
+        ``_answered``) until they are returned; one the partition has left since (a
+        seek, pause, reset) is dropped.
         """
-        waiting = self._collectable()
-        if not waiting:
-            return
-        ready = finished(list(waiting), max(timeout_s, 0.0))
-        if not ready:
-            return
+        with self._arrived:
+            if not self._answered:
+                return
+            answered, self._answered = self._answered, []
         refresh: set[str] = set()
-        for future in ready:
-            self._complete(waiting[future], refresh)
+        keep = []
+        for state, flight in answered:
+            if state.in_flight is not flight:
+                continue  # discarded since it was sent
+            if state.buffer is not None:
+                keep.append((state, flight))
+                continue
+            self._complete(state, refresh)
+        if keep:
+            with self._arrived:
+                self._answered[:0] = keep
         self._refresh(refresh)
 
     def _complete(self, state: PartitionState, refresh: set[str]) -> None:
@@ -466,7 +482,10 @@ class Fetcher:
         return drained
 
     def _wait(self, remaining_s: float) -> None:
-        """Block until a fetch finishes, a retry is due or ``remaining_s`` passes."""
+        """Block until a fetch finishes, a retry is due or ``remaining_s`` passes.
+
+        Called only when no buffer holds rows, so every finished fetch can be collected.
+        """
         now = self._clock()
         retries = [
             s.retry_at
@@ -474,10 +493,9 @@ class Fetcher:
             if s.in_flight is None and not s.paused and s.retry_at > now
         ]
         timeout = min([remaining_s, MAX_WAIT_S, *(r - now for r in retries)])
-        if self._collectable():
-            self._collect(timeout)
-        else:
-            time.sleep(max(timeout, 0.0))
+        with self._arrived:
+            if not self._answered:
+                self._arrived.wait(max(timeout, 0.0))
 
     # ------------------------------------------------------------------ offsets
 
