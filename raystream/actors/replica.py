@@ -138,6 +138,9 @@ controller as unresponsive: a leader that leaves a follower's fetch unanswered, 
 follower that does not fetch again. The controller then probes it (see
 :mod:`raystream.controller.liveness`)."""
 SEQUENCE_WAIT_MS = 1000
+IDLE_RELEASE_S = 5.0
+"""A replica that answered no request for this long hands the memory its last burst of
+requests freed back to the system (:func:`~raystream.actors.memory.release_free_memory`)."""
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
 
@@ -227,6 +230,8 @@ class PartitionReplica:
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
+        self._requests = 0  # requests answered, so the idle check sees a burst end
+        self._idle_check: asyncio.TimerHandle | None = None
         self._follower_task: asyncio.Task | None = None
         self._appending: asyncio.Task | None = None  # a fetched chunk going into the log
         self._role_lock = asyncio.Lock()  # one role change at a time
@@ -257,7 +262,26 @@ class PartitionReplica:
         leader-epoch, marker and delete-records request, over Ray and over the direct path
         alike."""
         self._start()
+        self._requests += 1
+        if self._idle_check is None:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                IDLE_RELEASE_S, self._release_when_idle, self._requests
+            )
         return await self._dispatcher.dispatch(request, context)
+
+    def _release_when_idle(self, seen: int) -> None:
+        """Once requests stopped (none since ``seen``), release the memory they freed.
+
+        Armed by the first request after a rest and re-armed while requests keep coming,
+        so a replica at rest runs no timer at all.
+        """
+        if self._requests != seen:
+            self._idle_check = asyncio.get_running_loop().call_later(
+                IDLE_RELEASE_S, self._release_when_idle, self._requests
+            )
+            return
+        self._idle_check = None
+        release_free_memory()
 
     async def endpoint(self) -> Endpoint | None:
         """Where this replica serves its requests directly (see :mod:`raystream.wire`),
