@@ -358,35 +358,6 @@ def test_several_partitions_are_all_read_in_offset_order(shared_cluster, make_to
     assert table.column("offset").to_pylist() == [4, 4, 4]
 
 
-def test_fetches_answered_while_rows_are_buffered_wait_their_turn(
-    shared_cluster, make_topic, consumers, wait_until
-):
-    topic = make_topic(partitions=3)
-    for p in range(3):
-        produce(shared_cluster, topic, values(5, prefix=f"p{p}-"), partition=p)
-    consumer = consumers(topic, auto_offset_reset="earliest", max_poll_records=1)
-    fetcher = consumer._fetcher
-    first: list[ConsumerRecord] = []
-    deadline = time.monotonic() + 10
-    while not all(s.buffer is not None for s in fetcher._states.values()):
-        assert time.monotonic() < deadline, "the first fetches were not all buffered"
-        for records in consumer.poll(timeout_ms=200).values():
-            first.extend(records)
-    assert len(first) < 15  # rows are still buffered in every partition
-    for p in range(3):  # answers the long polls sent past each buffer
-        produce(shared_cluster, topic, values(5, prefix=f"p{p}-late-"), partition=p)
-    wait_until(lambda: len(fetcher._answered) == 3, 10, "three answers parked behind buffers")
-
-    records = first + poll_records(consumer, 30 - len(first))
-
-    by_partition: dict[int, list[bytes]] = {}
-    for record in records:
-        by_partition.setdefault(record.partition, []).append(record.value)
-    assert by_partition == {
-        p: values(5, prefix=f"p{p}-") + values(5, prefix=f"p{p}-late-") for p in range(3)
-    }
-
-
 def test_subscribe_assigns_every_partition_and_tells_the_listener(
     shared_cluster, make_topic, consumers
 ):
