@@ -35,7 +35,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,24 +147,9 @@ def estimate(steps: dict[int, Step]) -> float:
     return measured[-1] * MB * HEADROOM if measured else FIRST_ESTIMATE_BYTES
 
 
-@contextlib.contextmanager
-def bare_ray() -> Iterator[None]:
-    ray.init(
-        address="local",
-        num_cpus=8,
-        include_dashboard=False,
-        logging_level="error",
-        log_to_driver=False,
-    )
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def measure_bare(run: Run, seconds: float, budget: float | None) -> None:
     """N bare actors alive, step by step, in a Ray of their own."""
-    with bare_ray():
+    with harness.local_ray():
         actors: list[Any] = []
         pids: list[int] = []
         for target in run.steps:

@@ -22,15 +22,13 @@ import psutil
 
 
 @contextlib.contextmanager
-def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -> Iterator[Any]:
-    """A fresh Ray and raystream cluster (an ``rs.Cluster``) for one run, gone on exit;
-    ``broker_config``: the cluster's broker settings (Kafka's names)."""
+def local_ray() -> Iterator[None]:
+    """A fresh local Ray for one run, with the settings raystream starts Ray with, gone on
+    exit (benchmarks that need Ray without a raystream cluster, e.g. bare actors)."""
     import ray  # here, so that the storage engine's benchmark runs without Ray
 
-    import raystream as rs
     from raystream.transport import local_ray_system_config
 
-    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
     ray.init(
         address="local",
         num_cpus=8,
@@ -40,11 +38,26 @@ def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -
         _system_config=local_ray_system_config(),
     )
     try:
-        cluster = rs.connect(namespace=namespace, data_dir=data_dir, broker_config=broker_config)
-        yield cluster
-        cluster.shutdown()
+        yield
     finally:
         ray.shutdown()
+
+
+@contextlib.contextmanager
+def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -> Iterator[Any]:
+    """A fresh Ray and raystream cluster (an ``rs.Cluster``) for one run, gone on exit;
+    ``broker_config``: the cluster's broker settings (Kafka's names)."""
+    import raystream as rs
+
+    data_dir = tempfile.mkdtemp(prefix="raystream-bench-")
+    try:
+        with local_ray():
+            cluster = rs.connect(
+                namespace=namespace, data_dir=data_dir, broker_config=broker_config
+            )
+            yield cluster
+            cluster.shutdown()
+    finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
