@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from raystream.errors import IllegalStateError, InvalidRequestError
 from raystream.streams.serde import BYTES, encode_key
-from raystream.streams.stores import KeyValueStore, MemoryBackend, read_only
+from raystream.streams.stores import KeyValueStore, LmdbBackend, MemoryBackend, read_only
 
 
 def test_get_put_delete_and_none_deletes(backend):
@@ -122,6 +122,18 @@ def test_read_only_view_answers_lists(backend):
     assert view.all() == [(1, "x"), (2, "y"), (3, "z")]
     assert view.approximate_num_entries() == 3
     assert not hasattr(view, "put")
+
+
+def test_an_lmdb_directory_is_opened_once_per_process_and_long_keys_are_refused(tmp_path):
+    backend = LmdbBackend(tmp_path / "s")
+    with pytest.raises(IllegalStateError, match="already open"):
+        LmdbBackend(tmp_path / "s")
+    store = KeyValueStore("s", backend)
+    with pytest.raises(InvalidRequestError, match="longer than the on-disk store's limit"):
+        store.put("x" * 600, 1)
+    assert store.get("x" * 600) is None
+    store.close()
+    KeyValueStore("s", LmdbBackend(tmp_path / "s")).close()  # closed, so it opens again
 
 
 def test_bad_arguments_are_named():
