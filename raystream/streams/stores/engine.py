@@ -41,7 +41,6 @@ of the last flush.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -78,8 +77,6 @@ class Engine(Protocol):
 
     def flush(self) -> None:
         """Make every write so far durable, atomically."""
-
-    def close(self) -> None: ...
 
 
 class Backend(Protocol):
@@ -142,9 +139,6 @@ class MemoryEngine:
         return len(self._data)
 
     def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
         pass
 
 
@@ -298,11 +292,6 @@ class LmdbBackend:
                 with _OPEN_LOCK:
                     _OPEN_PATHS.discard(self._path)
 
-    def destroy(self) -> None:
-        """Close and delete the whole environment (used to wipe a store)."""
-        self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
-
 
 class LmdbEngine:
     """One named database of an :class:`LmdbBackend`."""
@@ -364,9 +353,6 @@ class LmdbEngine:
                 txn.abort()
 
     def flush(self) -> None:
-        self._backend.flush()
-
-    def close(self) -> None:
         self._backend.flush()
 
 

@@ -36,6 +36,15 @@ def test_all_and_range_are_inclusive_and_in_key_order(backend):
     assert [k for k, _ in store.reverse_range(-3, 7)] == [7, 5, 0, -3]
 
 
+def test_scans_longer_than_a_read_chunk_in_both_directions(backend):
+    store = KeyValueStore("big", backend)
+    store.put_all((i, i) for i in range(2500))
+    assert [k for k, _ in store.all()] == list(range(2500))
+    assert [k for k, _ in store.reverse_range()] == list(range(2499, -1, -1))
+    assert [k for k, _ in store.reverse_range(100, 2200)] == list(range(2200, 99, -1))
+    assert [k for k, _ in store.range(100, 2200)] == list(range(100, 2201))
+
+
 def test_tuple_keys_range_over_a_prefix(backend):
     store = KeyValueStore("t", backend)
     for cat in ("books", "games", "toys"):
@@ -182,8 +191,9 @@ def test_random_operations_match_a_dict_model(backend_factory, ops):
         elif op == "range":
             lo, hi = sorted([encode_key(a), encode_key(b)])
             want = [model[k] for k in sorted(model) if lo <= k <= hi]
-            got = list(store.range(*(sorted([a, b], key=encode_key))))
-            assert got == want
+            bounds = sorted([a, b], key=encode_key)
+            assert list(store.range(*bounds)) == want
+            assert list(store.reverse_range(*bounds)) == want[::-1]
         else:
             store.flush()
     assert list(store.all()) == [model[k] for k in sorted(model)]
