@@ -333,6 +333,8 @@ class LmdbEngine:
         # a caller may write between items, and no cursor may outlive its transaction.
         after: bytes | None = None
         while True:
+            if self._backend._engines.get(self.name) is not self:
+                return  # dropped (an expired segment) while the caller iterated
             txn, own = self._backend._read_txn()
             try:
                 chunk = _scan(txn.cursor(db=self._db), lo, hi, reverse, after)

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from raystream.errors import IllegalStateError, InvalidRequestError
 from raystream.streams.serde import BYTES, encode_key
-from raystream.streams.stores import KeyValueStore, LmdbBackend, MemoryBackend, read_only
+from raystream.streams.stores import (
+    KeyValueStore,
+    LmdbBackend,
+    MemoryBackend,
+    Store,
+    read_only,
+)
 
 
 def test_get_put_delete_and_none_deletes(backend):
@@ -150,6 +156,8 @@ def test_bad_arguments_are_named():
         KeyValueStore("", MemoryBackend())
     with pytest.raises(InvalidRequestError, match="type set"):
         KeyValueStore("x", MemoryBackend()).put({1}, 1)
+    with pytest.raises(InvalidRequestError, match="no read-only view for a Store"):
+        read_only(Store("x", MemoryBackend()))
 
 
 # --- model test: the store against a dict, on both backends ---
