@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -212,3 +214,26 @@ def test_random_operations_match_a_dict_model(backend_factory, ops):
 
 
 _counter = iter(range(1 << 30))
+
+
+def test_lmdb_reads_from_another_thread_see_the_last_flush(tmp_path):
+    store = KeyValueStore("t", LmdbBackend(tmp_path / "t"))
+    store.put("a", 1)
+    store.flush()
+    store.put("a", 2)  # not flushed yet
+    seen: dict = {}
+
+    def other_thread():
+        seen["get"] = store.get("a")
+        try:
+            store.put("b", 1)
+        except IllegalStateError as e:
+            seen["put"] = str(e)
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    assert seen["get"] == 1
+    assert "one thread" in seen["put"]
+    assert store.get("a") == 2  # the writing thread sees its own writes
+    store.close()
