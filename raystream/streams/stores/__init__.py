@@ -1,6 +1,36 @@
 """State stores for streams tasks: key-value, window and session stores.
 
-Each store is local to one task, lives on disk, and records every change so that the
-task can write it to the store's compacted changelog topic; a task that moves rebuilds
-its stores from that changelog before it processes anything.
+Each store is local to one task and keeps bytes in a sorted engine, in memory
+(:class:`MemoryBackend`) or on disk (:class:`LmdbBackend`), under one contract. Every
+change is recorded for the store's compacted changelog topic
+``<application_id>-<store>-changelog`` (``drain_changelog()``); a task that moves rebuilds
+its stores from that changelog (``restore(records)``) before it processes anything,
+starting at the offset of the task's checkpoint file.
 """
+
+from raystream.streams.stores.base import Store
+from raystream.streams.stores.changelog import (
+    CHECKPOINT_FILE,
+    ChangelogRecord,
+    changelog_topic,
+    must_wipe_on_open,
+    read_checkpoint,
+    write_checkpoint,
+)
+from raystream.streams.stores.engine import Backend, Engine, LmdbBackend, MemoryBackend
+from raystream.streams.stores.kv import KeyValueStore
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "Backend",
+    "ChangelogRecord",
+    "Engine",
+    "KeyValueStore",
+    "LmdbBackend",
+    "MemoryBackend",
+    "Store",
+    "changelog_topic",
+    "must_wipe_on_open",
+    "read_checkpoint",
+    "write_checkpoint",
+]
