@@ -132,13 +132,13 @@ class App:
         """A table of the latest value per key of ``topic`` (a None value deletes).
 
         Its rows live in a key-value store named ``name`` (default
-        ``<topic>-STATE-STORE-<index>``); the topic itself is the store's changelog.
+        ``<topic>-STATE-STORE-<index>``), backed by a changelog like every store.
         """
         if not isinstance(topic, str) or not topic:
             raise TopologyError(f"table: give one topic name, got {topic!r}")
         source = self._source([topic], key_deserializer, value_deserializer, timestamp_extractor)
         store = name or self.topology.new_name(f"{topic}-STATE-STORE")
-        self.topology.add_store(StoreSpec(store, "kv", changelog=False, source_topic=topic))
+        self.topology.add_store(StoreSpec(store, "kv"))
         node = self.topology.add(
             Node(
                 self.topology.new_name("KTABLE-SOURCE"),

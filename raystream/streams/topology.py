@@ -43,17 +43,11 @@ class StoreSpec:
         kind: "kv" (key-value), "window" (keyed by key and window start) or "session".
         retention_ms: For window and session stores: how long windows are kept after
             they end (window size + grace, as Kafka's default retention). 0 for kv.
-        changelog: Whether the store is backed by a changelog topic (a store holding a
-            source table's rows is not: the source topic is its changelog, as Kafka's
-            ``topology.optimization=reuse.ktable.source.topics``).
-        source_topic: For a table's store without changelog: the topic to restore from.
     """
 
     name: str
     kind: StoreKind
     retention_ms: int = 0
-    changelog: bool = True
-    source_topic: str | None = None
 
 
 @dataclass
@@ -183,12 +177,8 @@ class Topology:
         return topics
 
     def changelog_topics(self) -> list[str]:
-        """The changelog topic of every store that has one."""
-        return [
-            f"{self.application_id}-{spec.name}-changelog"
-            for spec in self.stores.values()
-            if spec.changelog
-        ]
+        """The changelog topic of every store (each store has one)."""
+        return [f"{self.application_id}-{name}-changelog" for name in self.stores]
 
     def build(self) -> list[SubTopology]:
         """Split the nodes into sub-topologies: connected through parent edges and shared

@@ -237,8 +237,8 @@ class WindowState(Protocol):
     """What windowed aggregation needs of a store: windowed aggregates by key and window.
 
     ``fetch`` yields ``(Windowed, aggregate)`` for ``key`` with ``start_ms`` in
-    ``[start_from_ms, start_to_ms]`` ordered by start. Backed by the task's window or
-    session store; an in-memory one (:class:`MemoryWindowState`) for tests and batches.
+    ``[start_from_ms, start_to_ms]`` ordered by start. :class:`StoreWindowState` is the
+    one over a task's sorted key-value store.
     """
 
     def get(self, window: Windowed) -> Any: ...
@@ -252,31 +252,42 @@ class WindowState(Protocol):
     ) -> Iterator[tuple[Windowed, Any]]: ...
 
 
-class MemoryWindowState:
-    """A :class:`WindowState` in a dict (for pure tests and batch computations)."""
+class SortedState(Protocol):
+    """A sorted key-value map (the stores library's ``KeyValueStore``): ``put(k, None)``
+    deletes, ``range`` is inclusive in key order, a None bound open."""
 
-    def __init__(self) -> None:
-        self.data: dict[Windowed, Any] = {}
+    def get(self, key: Any) -> Any: ...
+
+    def put(self, key: Any, value: Any) -> None: ...
+
+    def range(self, lo: Any = None, hi: Any = None) -> Iterator[tuple[Any, Any]]: ...
+
+
+_MIN_MS, _MAX_MS = -(2**63), 2**63 - 1
+
+
+class StoreWindowState:
+    """A :class:`WindowState` over a sorted store keyed by ``Windowed``: the store's key
+    order is (key, start, end), so a fetch is one range scan."""
+
+    def __init__(self, store: SortedState) -> None:
+        self.store = store
 
     def get(self, window: Windowed) -> Any:
-        return self.data.get(window)
+        return self.store.get(window)
 
     def put(self, window: Windowed, aggregate: Any) -> None:
-        self.data[window] = aggregate
+        self.store.put(window, aggregate)
 
     def delete(self, window: Windowed) -> None:
-        self.data.pop(window, None)
+        self.store.put(window, None)
 
     def fetch(
         self, key: Any, start_from_ms: int, start_to_ms: int
     ) -> Iterator[tuple[Windowed, Any]]:
-        found = [
-            (w, a)
-            for w, a in self.data.items()
-            if w.key == key and start_from_ms <= w.start_ms <= start_to_ms
-        ]
-        found.sort(key=lambda item: (item[0].start_ms, item[0].end_ms))
-        return iter(found)
+        return self.store.range(
+            Windowed(key, start_from_ms, _MIN_MS), Windowed(key, start_to_ms, _MAX_MS)
+        )
 
 
 @dataclass(frozen=True)
@@ -439,31 +450,25 @@ class SuppressBuffer:
     """``suppress(until_window_closes=True)``: hold each window's latest value and emit
     it once, when the window closes (Kafka's ``Suppressed.untilWindowCloses``).
 
-    ``buffer`` is any mutable mapping (a dict, or the task's suppression store behind a
-    mapping, so buffered values survive a move). ``close_time_ms`` maps a window to the
-    stream time at which it closes.
+    The buffer lives in a sorted store (the task's suppression store, so buffered values
+    survive a move) keyed ``(close_time_ms, window)``: the windows closed at a stream
+    time are one range scan from the start, in order of close time, then window.
     """
 
-    def __init__(
-        self,
-        close_time_ms: Callable[[Windowed], int],
-        buffer: MutableMapping[Windowed, Any] | None = None,
-    ) -> None:
+    def __init__(self, close_time_ms: Callable[[Windowed], int], store: SortedState) -> None:
         self.close_time_ms = close_time_ms
-        self.buffer: MutableMapping[Windowed, Any] = {} if buffer is None else buffer
+        self.store = store
 
     def add(self, window: Windowed, value: Any) -> None:
         """Remember ``value`` (None: the window was removed) as the window's latest."""
-        if value is None:
-            self.buffer.pop(window, None)
-        else:
-            self.buffer[window] = value
+        self.store.put((self.close_time_ms(window), window), value)
 
     def emit(self, stream_time_ms: int) -> list[tuple[Windowed, Any]]:
-        """Take out the windows closed at ``stream_time_ms``, by close time then key."""
-        ready = [w for w in list(self.buffer) if is_closed(self.close_time_ms(w), stream_time_ms)]
-        ready.sort(key=lambda w: (self.close_time_ms(w), w.start_ms, repr(w.key)))
-        return [(w, self.buffer.pop(w)) for w in ready]
+        """Take out the windows closed at ``stream_time_ms``, in order of close time."""
+        ready = list(self.store.range(None, (stream_time_ms + 1,)))
+        for key, _ in ready:
+            self.store.put(key, None)
+        return [(window, value) for (_, window), value in ready]
 
 
 def close_time_for(windows: Windows) -> Callable[[Windowed], int]:
