@@ -331,7 +331,10 @@ class KStream(_Handle):
         """Write every record to ``topic`` (partitioned by the key, as a producer does)."""
         if not isinstance(topic, str) or not topic:
             raise TopologyError(f"to: give a topic name, got {topic!r}")
-        for name, fn in (("key_serializer", key_serializer), ("value_serializer", value_serializer)):
+        for name, fn in (
+            ("key_serializer", key_serializer),
+            ("value_serializer", value_serializer),
+        ):
             if fn is not None:
                 _check_callable("to", **{name: fn})
         self._topology.add(

@@ -34,7 +34,7 @@ late and dropped. Counts: ``[0, 10)`` = 2, ``[10, 20)`` = 2, one record dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 

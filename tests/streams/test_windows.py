@@ -28,6 +28,7 @@ from raystream.streams.windows import (
     close_time_for,
 )
 
+
 def memory_store() -> KeyValueStore:
     return KeyValueStore("test", MemoryBackend(), logging=False)
 
