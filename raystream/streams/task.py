@@ -235,6 +235,11 @@ class Task:
         self._punctuate(WALL_CLOCK, now_ms)
         return self._take_result()
 
+    def close(self) -> None:
+        """Flush and close the task's stores (the task is done, or moves away)."""
+        for store in self.stores.values():
+            store.close()
+
     def _take_result(self) -> TaskResult:
         result, self._result = self._result, TaskResult()
         for name, store in self.stores.items():
