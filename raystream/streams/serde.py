@@ -6,9 +6,9 @@ into byte-range scans of a sorted engine (as Kafka Streams' window key schema
 ``[key][timestamp]`` does). Values are opaque: pickled (protocol 5) unless the caller
 gives a :class:`Serde` of its own.
 
-The key encoding is a tagged, self-delimiting format (after FoundationDB's tuple layer);
-no encoding is a prefix of another, so a fixed-width suffix such as a window start can be
-appended and split off again::
+The key encoding is a tagged, self-delimiting format (after FoundationDB's tuple layer):
+a decoder knows where each encoding ends, so tuples compare element by element, and
+stores append fixed-width suffixes (a window start) that split off by length::
 
     None          01
     False, True   02 00 | 02 01

@@ -19,6 +19,14 @@ from raystream.streams.stores.changelog import (
 )
 from raystream.streams.stores.engine import Backend, Engine, LmdbBackend, MemoryBackend
 from raystream.streams.stores.kv import KeyValueStore
+from raystream.streams.stores.session import SessionStore
+from raystream.streams.stores.view import (
+    ReadOnlyKeyValueView,
+    ReadOnlySessionView,
+    ReadOnlyWindowView,
+    read_only,
+)
+from raystream.streams.stores.window import WindowStore
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -28,9 +36,15 @@ __all__ = [
     "KeyValueStore",
     "LmdbBackend",
     "MemoryBackend",
+    "ReadOnlyKeyValueView",
+    "ReadOnlySessionView",
+    "ReadOnlyWindowView",
+    "SessionStore",
     "Store",
+    "WindowStore",
     "changelog_topic",
     "must_wipe_on_open",
     "read_checkpoint",
+    "read_only",
     "write_checkpoint",
 ]
