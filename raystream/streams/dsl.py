@@ -179,16 +179,24 @@ class App:
             )
         )
 
-    def add_store(self, name: str, kind: str = "kv", retention_ms: int = 0) -> None:
+    def add_store(
+        self, name: str, kind: str = "kv", retention_ms: int = 0, window_size_ms: int = 1
+    ) -> None:
         """Add a state store for custom processors (``KStream.process``): "kv", or
-        "window" / "session" keeping entries ``retention_ms`` after they end."""
+        "window" / "session" keeping entries ``retention_ms`` behind the latest."""
         if not isinstance(name, str) or not _LEGAL_ID.match(name):
             raise TopologyError(f"add_store: name must be letters, digits, '.', '_', '-': {name!r}")
         if kind not in ("kv", "window", "session"):
             raise TopologyError(f"add_store: kind must be 'kv', 'window' or 'session': {kind!r}")
         if not isinstance(retention_ms, int) or retention_ms < 0:
             raise TopologyError(f"add_store: retention_ms must be an int >= 0: {retention_ms!r}")
-        self.topology.add_store(StoreSpec(name, kind, retention_ms=retention_ms))  # type: ignore[arg-type]
+        if not isinstance(window_size_ms, int) or window_size_ms < 1:
+            raise TopologyError(
+                f"add_store: window_size_ms must be an int >= 1: {window_size_ms!r}"
+            )
+        self.topology.add_store(
+            StoreSpec(name, kind, retention_ms, window_size_ms=window_size_ms)  # type: ignore[arg-type]
+        )
 
     def subtopologies(self) -> list[SubTopology]:
         """The built topology: what the runtime makes tasks of."""
@@ -446,12 +454,16 @@ class KStream(_Handle):
             )
         this = self._repartitioned(self._topology.new_name("KSTREAM-JOINTHIS"))
         that = other._repartitioned(self._topology.new_name("KSTREAM-JOINOTHER"))
+        # A record that is not late (t >= stream time - after - grace) reaches back to
+        # t - before: older records of the other side are never read again.
         retention = windows.before_ms + windows.after_ms + windows.grace_ms + 1
         this_store = self._topology.new_name("KSTREAM-JOINTHIS-STORE")
         other_store = self._topology.new_name("KSTREAM-JOINOTHER-STORE")
         stores = [this_store, other_store]
         for store in stores:
-            self._topology.add_store(StoreSpec(store, "window", retention_ms=retention))
+            self._topology.add_store(
+                StoreSpec(store, "window", retention, window_size_ms=1, retain_duplicates=True)
+            )
         if how != "inner":
             outer_store = self._topology.new_name("KSTREAM-OUTERSHARED-STORE")
             self._topology.add_store(StoreSpec(outer_store, "kv"))
@@ -595,21 +607,26 @@ class KGroupedStream:
             "store": store,
         }
         stores = [store]
+        # Retentions: long enough behind the store's latest window start (session end)
+        # that every window still open is kept, as Kafka's size + grace default.
         if windows is None:
             topology.add_store(StoreSpec(store, "kv"))
         elif isinstance(windows, SessionWindows):
             retention = windows.gap_ms + windows.grace_ms + 1
-            topology.add_store(StoreSpec(store, "session", retention_ms=retention))
+            topology.add_store(StoreSpec(store, "session", retention))
         elif isinstance(windows, SlidingWindows):
-            retention = 2 * windows.difference_ms + windows.grace_ms + 2
-            topology.add_store(StoreSpec(store, "window", retention_ms=retention))
+            d = windows.difference_ms
+            retention = 2 * d + windows.grace_ms + 2
+            topology.add_store(StoreSpec(store, "window", retention, window_size_ms=d))
             records = f"{store}-records"
-            topology.add_store(StoreSpec(records, "window", retention_ms=retention))
+            topology.add_store(StoreSpec(records, "window", retention, window_size_ms=1))
             params["records_store"] = records
             stores.append(records)
         else:
             retention = windows.size_ms + windows.grace_ms
-            topology.add_store(StoreSpec(store, "window", retention_ms=retention))
+            topology.add_store(
+                StoreSpec(store, "window", retention, window_size_ms=windows.size_ms)
+            )
         kind = "KSTREAM-AGGREGATE" if windows is None else "KSTREAM-WINDOWED-AGGREGATE"
         node = stream._add(kind, "aggregate", params, stores=stores)
         return KTable(stream.app, node, store=store, windows=windows)

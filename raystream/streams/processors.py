@@ -27,10 +27,11 @@ from raystream.errors import StreamsError
 from raystream.streams.windows import (
     Aggregation,
     JoinWindows,
+    SessionWindows,
     SlidingWindows,
-    StoreWindowState,
     SuppressBuffer,
     WindowedAggregator,
+    WindowStoreState,
     close_time_for,
 )
 
@@ -276,13 +277,16 @@ class _Aggregate(_Stateless):
         self.aggregation = Aggregation(p["initializer"], p["aggregator"], p["merger"])
         self.store = context.store(p["store"])
         self.windowed = None
-        if p["windows"] is not None:
-            records = None
-            if isinstance(p["windows"], SlidingWindows):
-                records = StoreWindowState(context.store(p["records_store"]))
-            self.windowed = WindowedAggregator(
-                p["windows"], self.aggregation, StoreWindowState(self.store), records
-            )
+        windows = p["windows"]
+        if isinstance(windows, SessionWindows):
+            self.windowed = WindowedAggregator(windows, self.aggregation, self.store)
+        elif isinstance(windows, SlidingWindows):
+            records = WindowStoreState(context.store(p["records_store"]), 1)
+            state = WindowStoreState(self.store, windows.difference_ms)
+            self.windowed = WindowedAggregator(windows, self.aggregation, state, records)
+        elif windows is not None:
+            state = WindowStoreState(self.store, windows.size_ms)
+            self.windowed = WindowedAggregator(windows, self.aggregation, state)
 
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:
@@ -353,8 +357,9 @@ class _StreamTableJoin(_Stateless):
 class _StreamStreamJoin(_Stateless):
     """One side of a windowed stream-stream join.
 
-    Each side's store holds ``(key, timestamp) -> [values]``. The shared outer store of a
-    left or outer join holds the records still without a match, keyed
+    Each side's window store keeps every record by key and timestamp (duplicates
+    retained) for as long as a record of the other side may still join it. The shared
+    outer store of a left or outer join holds the records still without a match, keyed
     ``(close_time, side, key, timestamp) -> [values]`` so that those whose window closed
     are one range scan; a match deletes the entry.
     """
@@ -393,21 +398,17 @@ class _StreamStreamJoin(_Stateless):
         if self.context.stream_time_ms >= self._close_time(ts, self.this_side):
             self.context.record_dropped("late")
             return
-        slot = (key, ts)
-        self.own.put(slot, [*(self.own.get(slot) or []), record.value])
+        self.own.put(key, record.value, ts)
         lo, hi = self._bounds(ts)
         joiner = self.params["joiner"]
         matched = False
-        for (_, other_ts), values in self.other.range((key, lo), (key, hi)):
+        for other_ts, value in self.other.fetch(key, lo, hi):
             matched = True
             if self.outer is not None:
                 close = self._close_time(other_ts, not self.this_side)
                 self.outer.put((close, not self.this_side, key, other_ts), None)
-            for value in values:
-                pair = (record.value, value) if self.this_side else (value, record.value)
-                self.context.forward(
-                    record._replace(value=joiner(*pair), timestamp=max(ts, other_ts))
-                )
+            pair = (record.value, value) if self.this_side else (value, record.value)
+            self.context.forward(record._replace(value=joiner(*pair), timestamp=max(ts, other_ts)))
         if self.emits_unmatched and not matched:
             entry = (self._close_time(ts, self.this_side), self.this_side, key, ts)
             self.outer.put(entry, [*(self.outer.get(entry) or []), record.value])

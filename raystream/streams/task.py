@@ -43,12 +43,16 @@ from raystream.streams.processors import (
 )
 from raystream.streams.serde import decode_key, encode_key
 from raystream.streams.stores import (
+    Backend,
     ChangelogRecord,
     KeyValueStore,
     LmdbBackend,
+    SessionStore,
+    Store,
+    WindowStore,
     changelog_topic,
 )
-from raystream.streams.topology import Node, SubTopology
+from raystream.streams.topology import Node, StoreSpec, SubTopology
 from raystream.streams.windows import StreamTime
 from raystream.types import ConsumerRecord, TopicPartition
 
@@ -108,11 +112,28 @@ class _Punctuator:
     next_ms: int | None = None
 
 
-def open_task_stores(subtopology: SubTopology, task_dir: str | os.PathLike[str]) -> dict[str, Any]:
+def open_store(spec: StoreSpec, backend: Backend) -> Store:
+    """The store ``spec`` describes, on ``backend``."""
+    if spec.kind == "kv":
+        return KeyValueStore(spec.name, backend)
+    if spec.kind == "session":
+        return SessionStore(spec.name, backend, spec.retention_ms)
+    return WindowStore(
+        spec.name,
+        backend,
+        spec.retention_ms,
+        spec.window_size_ms,
+        retain_duplicates=spec.retain_duplicates,
+    )
+
+
+def open_task_stores(
+    subtopology: SubTopology, task_dir: str | os.PathLike[str]
+) -> dict[str, Store]:
     """Open every store of ``subtopology`` on disk under ``task_dir`` (one LMDB
     environment per store, in a directory named after it)."""
     return {
-        spec.name: KeyValueStore(spec.name, LmdbBackend(Path(task_dir) / spec.name))
+        spec.name: open_store(spec, LmdbBackend(Path(task_dir) / spec.name))
         for spec in subtopology.stores
     }
 

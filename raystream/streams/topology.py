@@ -41,13 +41,19 @@ class StoreSpec:
         name: Unique in the application; the changelog topic is
             ``<application_id>-<name>-changelog``.
         kind: "kv" (key-value), "window" (keyed by key and window start) or "session".
-        retention_ms: For window and session stores: how long windows are kept after
-            they end (window size + grace, as Kafka's default retention). 0 for kv.
+        retention_ms: For window and session stores: how far behind the store's stream
+            time (latest window start, or session end) entries are kept: long enough
+            for every window that is still open. 0 for kv.
+        window_size_ms: For window stores: the windows' length (1 for a join's store).
+        retain_duplicates: For window stores: keep every value put for a key and time
+            (a stream-stream join keeps each record of a window).
     """
 
     name: str
     kind: StoreKind
     retention_ms: int = 0
+    window_size_ms: int = 0
+    retain_duplicates: bool = False
 
 
 @dataclass

@@ -166,10 +166,6 @@ class SessionWindows:
         _check_positive("SessionWindows", gap_ms=self.gap_ms)
         _check_non_negative("SessionWindows", grace_ms=self.grace_ms)
 
-    def touches(self, start_ms: int, end_ms: int, timestamp_ms: int) -> bool:
-        """Whether a record at ``timestamp_ms`` belongs with the session ``[start, end]``."""
-        return start_ms - self.gap_ms <= timestamp_ms <= end_ms + self.gap_ms
-
     def close_time_ms(self, end_ms: int) -> int:
         """The stream time at which a session ending at ``end_ms`` closes: the first at
         which no record that is not late could extend it."""
@@ -234,21 +230,31 @@ def is_closed(close_time_ms: int, stream_time_ms: int) -> bool:
 
 
 class WindowState(Protocol):
-    """What windowed aggregation needs of a store: windowed aggregates by key and window.
+    """What time-windowed aggregation needs of a store: aggregates by key and window.
 
     ``fetch`` yields ``(Windowed, aggregate)`` for ``key`` with ``start_ms`` in
-    ``[start_from_ms, start_to_ms]`` ordered by start. :class:`StoreWindowState` is the
-    one over a task's sorted key-value store.
+    ``[start_from_ms, start_to_ms]`` ordered by start. :class:`WindowStoreState` is the
+    one over the stores library's ``WindowStore``.
     """
 
     def get(self, window: Windowed) -> Any: ...
 
     def put(self, window: Windowed, aggregate: Any) -> None: ...
 
-    def delete(self, window: Windowed) -> None: ...
-
     def fetch(
         self, key: Any, start_from_ms: int, start_to_ms: int
+    ) -> Iterator[tuple[Windowed, Any]]: ...
+
+
+class SessionState(Protocol):
+    """What session aggregation needs of a store (the stores library's ``SessionStore``):
+    ``find_sessions`` yields the key's sessions with ``end >= earliest_session_end_ms``
+    and ``start <= latest_session_start_ms``; ``put(session, None)`` removes one."""
+
+    def put(self, session: Windowed, aggregate: Any) -> None: ...
+
+    def find_sessions(
+        self, key: Any, earliest_session_end_ms: int, latest_session_start_ms: int
     ) -> Iterator[tuple[Windowed, Any]]: ...
 
 
@@ -263,31 +269,25 @@ class SortedState(Protocol):
     def range(self, lo: Any = None, hi: Any = None) -> Iterator[tuple[Any, Any]]: ...
 
 
-_MIN_MS, _MAX_MS = -(2**63), 2**63 - 1
+class WindowStoreState:
+    """A :class:`WindowState` over a ``WindowStore`` (values per key and window start,
+    expired by the store's retention) whose windows are ``size_ms`` long."""
 
-
-class StoreWindowState:
-    """A :class:`WindowState` over a sorted store keyed by ``Windowed``: the store's key
-    order is (key, start, end), so a fetch is one range scan."""
-
-    def __init__(self, store: SortedState) -> None:
+    def __init__(self, store: Any, size_ms: int) -> None:
         self.store = store
+        self.size_ms = size_ms
 
     def get(self, window: Windowed) -> Any:
-        return self.store.get(window)
+        return self.store.get(window.key, window.start_ms)
 
     def put(self, window: Windowed, aggregate: Any) -> None:
-        self.store.put(window, aggregate)
-
-    def delete(self, window: Windowed) -> None:
-        self.store.put(window, None)
+        self.store.put(window.key, aggregate, window.start_ms)
 
     def fetch(
         self, key: Any, start_from_ms: int, start_to_ms: int
     ) -> Iterator[tuple[Windowed, Any]]:
-        return self.store.range(
-            Windowed(key, start_from_ms, _MIN_MS), Windowed(key, start_to_ms, _MAX_MS)
-        )
+        for start, value in self.store.fetch(key, start_from_ms, start_to_ms):
+            yield Windowed(key, start, start + self.size_ms), value
 
 
 @dataclass(frozen=True)
@@ -319,22 +319,24 @@ a new aggregate of None removes the window (a session merged into another)."""
 
 
 class WindowedAggregator:
-    """Record-by-record windowed aggregation over a :class:`WindowState` (pure).
+    """Record-by-record windowed aggregation over a window or session store (pure).
 
     :meth:`process` takes one record and the task's stream time after observing it and
     returns the table updates it causes, or None when the record is late (its windows are
-    all closed: dropped, and the caller counts it). Sliding windows keep the records
-    themselves in ``records`` (a second window state keyed ``Windowed(key, t, t)`` holding
-    the list of values at ``t``), because a sliding window's aggregate is recomputed from
-    its records when an out-of-order record creates or changes windows; they are deleted
-    once no open window can contain them.
+    all closed: dropped, and the caller counts it). ``state`` is a :class:`WindowState`
+    for time and sliding windows, a :class:`SessionState` for sessions. Sliding windows
+    also keep the records themselves in ``records`` (a window state holding, per key and
+    timestamp ``t``, the list of values at ``t``), because a sliding window's aggregate is
+    recomputed from its records when an out-of-order record creates or changes windows;
+    that store's retention (``2 * difference + grace + 2``) drops records no window that
+    is still open can contain.
     """
 
     def __init__(
         self,
         windows: Windows,
         aggregation: Aggregation,
-        state: WindowState,
+        state: Any,
         records: WindowState | None = None,
     ) -> None:
         if isinstance(windows, SessionWindows) and aggregation.merger is None:
@@ -376,13 +378,11 @@ class WindowedAggregator:
         assert isinstance(windows, SessionWindows)
         merger = self.aggregation.merger
         assert merger is not None
-        # Sessions start no later than the record + gap; one that ends before t - gap
-        # does not touch it.
-        touching = [
-            (w, a)
-            for w, a in self.state.fetch(key, -(2**62), timestamp_ms + windows.gap_ms)
-            if windows.touches(w.start_ms, w.end_ms, timestamp_ms)
-        ]
+        touching = list(
+            self.state.find_sessions(
+                key, timestamp_ms - windows.gap_ms, timestamp_ms + windows.gap_ms
+            )
+        )
         start = min([timestamp_ms] + [w.start_ms for w, _ in touching])
         end = max([timestamp_ms] + [w.end_ms for w, _ in touching])
         if is_closed(windows.close_time_ms(end) - windows.gap_ms, stream_time_ms):
@@ -391,7 +391,7 @@ class WindowedAggregator:
         updates: list[Update] = []
         for window, old in touching:
             aggregate = merger(key, aggregate, old)
-            self.state.delete(window)
+            self.state.put(window, None)
             updates.append((window, old, None))
         aggregate = self.aggregation.aggregator(key, value, aggregate)
         merged = Windowed(key, start, end)
@@ -428,22 +428,9 @@ class WindowedAggregator:
             values = [v for t in sorted(nearby) if start <= t <= end for v in nearby[t]]
             new = self.aggregation.fold(key, values)
             old = self.state.get(window)
-            if old is None or old != new:
-                self.state.put(window, new)
-                updates.append((window, old, new))
-        self._expire_records(key, stream_time_ms)
+            self.state.put(window, new)
+            updates.append((window, old, new))
         return updates
-
-    def _expire_records(self, key: Any, stream_time_ms: int) -> None:
-        """Delete records no open window can contain any more."""
-        windows = self.windows
-        records = self.records
-        assert isinstance(windows, SlidingWindows) and records is not None
-        # A record that is not late has t >= stream time - grace - d, and its windows
-        # reach back d + 1 before it: records older than that are never read again.
-        horizon = stream_time_ms - windows.grace_ms - 2 * windows.difference_ms - 1
-        for window, _ in list(records.fetch(key, 0, horizon - 1)):
-            records.delete(window)
 
 
 class SuppressBuffer:

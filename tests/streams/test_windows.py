@@ -12,19 +12,19 @@ from hypothesis import strategies as st
 
 from raystream.errors import TopologyError
 from raystream.streams import Windowed
-from raystream.streams.stores import KeyValueStore, MemoryBackend
+from raystream.streams.stores import KeyValueStore, MemoryBackend, SessionStore, WindowStore
 from raystream.streams.windows import (
     Aggregation,
     HoppingWindows,
     JoinWindows,
     SessionWindows,
     SlidingWindows,
-    StoreWindowState,
     StreamTime,
     SuppressBuffer,
     TumblingWindows,
     WindowedAggregator,
     Windows,
+    WindowStoreState,
     close_time_for,
 )
 
@@ -33,8 +33,25 @@ def memory_store() -> KeyValueStore:
     return KeyValueStore("test", MemoryBackend(), logging=False)
 
 
-def memory_state() -> StoreWindowState:
-    return StoreWindowState(memory_store())
+def memory_state(windows: Windows) -> Any:
+    """The state a task gives a windowed aggregation, in memory, with its retention."""
+    backend = MemoryBackend()
+    if isinstance(windows, SessionWindows):
+        return SessionStore("s", backend, windows.gap_ms + windows.grace_ms + 1)
+    if isinstance(windows, SlidingWindows):
+        size, retention = windows.difference_ms, 2 * windows.difference_ms + windows.grace_ms + 2
+    else:
+        size, retention = windows.size_ms, windows.size_ms + windows.grace_ms
+    return WindowStoreState(WindowStore("w", backend, retention, size), size)
+
+
+def records_state(windows: Windows) -> WindowStoreState:
+    retention = 2 * getattr(windows, "difference_ms", 0) + windows.grace_ms + 2
+    return WindowStoreState(WindowStore("r", MemoryBackend(), retention, 1), 1)
+
+
+def contents(state: Any) -> dict[Windowed, Any]:
+    return dict(getattr(state, "store", state).all())
 
 
 COUNT = Aggregation(lambda: 0, lambda k, v, a: a + 1, lambda k, a, b: a + b)
@@ -45,15 +62,24 @@ COLLECT = Aggregation(lambda: (), lambda k, v, a: (*a, v))
 def run(
     windows: Windows, aggregation: Aggregation, records: list[tuple[Any, Any, int]]
 ) -> tuple[dict[Windowed, Any], int]:
-    """Aggregate ``(key, value, timestamp)`` records one by one: final state, drops."""
-    state = memory_state()
-    aggregator = WindowedAggregator(windows, aggregation, state, memory_state())
+    """Aggregate ``(key, value, timestamp)`` records one by one. Returns the windowed
+    table the updates describe (the store itself drops windows past retention) and the
+    number of records dropped as late."""
+    state = memory_state(windows)
+    aggregator = WindowedAggregator(windows, aggregation, state, records_state(windows))
     clock = StreamTime()
     dropped = 0
+    table: dict[Windowed, Any] = {}
     for key, value, ts in records:
-        if aggregator.process(key, value, ts, clock.observe(ts)) is None:
+        updates = aggregator.process(key, value, ts, clock.observe(ts))
+        if updates is None:
             dropped += 1
-    return dict(state.store.all()), dropped
+        for window, _, new in updates or []:
+            if new is None:
+                del table[window]
+            else:
+                table[window] = new
+    return table, dropped
 
 
 def test_tumbling_window_counts_out_of_order_records_within_grace_and_drops_later_ones() -> None:
@@ -88,12 +114,12 @@ def test_hopping_record_partly_late_updates_only_its_open_windows() -> None:
 
 def test_sessions_merge_when_a_record_bridges_them() -> None:
     windows = SessionWindows(gap_ms=5, grace_ms=100)
-    state = memory_state()
+    state = memory_state(windows)
     aggregator = WindowedAggregator(windows, COUNT, state)
     clock = StreamTime()
     for ts in (0, 4, 20, 12):
         aggregator.process("k", None, ts, clock.observe(ts))
-    assert dict(state.store.all()) == {
+    assert contents(state) == {
         Windowed("k", 0, 4): 2,
         Windowed("k", 12, 12): 1,
         Windowed("k", 20, 20): 1,
@@ -104,11 +130,12 @@ def test_sessions_merge_when_a_record_bridges_them() -> None:
         (Windowed("k", 20, 20), 1, None),
         (Windowed("k", 12, 20), None, 3),
     ]
-    assert dict(state.store.all()) == {Windowed("k", 0, 4): 2, Windowed("k", 12, 20): 3}
+    assert contents(state) == {Windowed("k", 0, 4): 2, Windowed("k", 12, 20): 3}
 
 
 def test_a_record_inside_a_session_updates_it_in_place() -> None:
-    state, _ = run(SessionWindows(gap_ms=5), COUNT, [("k", 0, 0), ("k", 0, 6), ("k", 0, 3)])
+    windows = SessionWindows(gap_ms=5, grace_ms=10)
+    state, _ = run(windows, COUNT, [("k", 0, 0), ("k", 0, 6), ("k", 0, 3)])
     assert state == {Windowed("k", 0, 6): 3}
 
 
@@ -121,7 +148,7 @@ def test_a_session_record_is_late_when_its_merged_session_ends_before_stream_tim
 
 def test_session_aggregation_without_a_merger_is_refused() -> None:
     with pytest.raises(TopologyError, match="merger"):
-        WindowedAggregator(SessionWindows(5), COLLECT, memory_state())
+        WindowedAggregator(SessionWindows(5), COLLECT, memory_state(SessionWindows(5)))
 
 
 def test_sliding_windows_are_defined_by_the_records() -> None:
@@ -152,7 +179,7 @@ def test_sliding_out_of_order_record_creates_and_updates_windows() -> None:
 def test_suppress_emits_one_final_value_per_window_when_it_closes() -> None:
     windows = TumblingWindows(10, grace_ms=5)
     buffer = SuppressBuffer(close_time_for(windows), memory_store())
-    state = memory_state()
+    state = memory_state(windows)
     aggregator = WindowedAggregator(windows, COUNT, state)
     clock = StreamTime()
     emitted = []
@@ -302,7 +329,7 @@ def test_sliding_windows_match_the_batch_answer(difference: int, grace: int, dat
 def test_suppress_emits_every_window_once_with_its_batch_value(size: int, grace: int, data):
     records = data.draw(in_grace_records(grace))
     windows = TumblingWindows(size, grace)
-    aggregator = WindowedAggregator(windows, SUM, memory_state())
+    aggregator = WindowedAggregator(windows, SUM, memory_state(windows))
     buffer = SuppressBuffer(close_time_for(windows), memory_store())
     clock = StreamTime()
     emitted: dict[Windowed, Any] = {}
