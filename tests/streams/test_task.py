@@ -5,6 +5,7 @@ punctuation, map_batches, restore from the changelog, and errors."""
 from __future__ import annotations
 
 import itertools
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from raystream.errors import StreamsError
 from raystream.streams import Windowed
@@ -380,3 +383,67 @@ def test_repartition_records_carry_keys_any_partitioner_hashes_alike(tmp_path: P
     assert [k for k, _ in itertools.groupby(o.topic for o in result.outputs)] == [
         "app-c-repartition"
     ]
+
+
+# -- property tests: tasks on LMDB give the batch answer for in-grace disorder ----------
+
+
+@st.composite
+def in_grace(draw: Any, grace_ms: int, topics: tuple[str, ...]) -> list[tuple[str, str, int]]:
+    """``(topic, key, timestamp)`` records, out of order by at most ``grace_ms``."""
+    base, records = 0, []
+    for _ in range(draw(st.integers(0, 30))):
+        base += draw(st.integers(0, 8))
+        ts = max(0, base - draw(st.integers(0, grace_ms)))
+        records.append((draw(st.sampled_from(topics)), draw(st.sampled_from("xyz")), ts))
+    return records
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 20), st.integers(0, 10), st.data())
+def test_suppressed_windowed_sum_through_a_repartition_is_the_batch_answer(
+    size: int, grace: int, data: Any
+) -> None:
+    records = data.draw(in_grace(grace, ("in",)))
+    app = App(None, "app")
+    app.stream("in").group_by(lambda k, v: v["k"]).window(TumblingWindows(size, grace)).sum(
+        "n"
+    ).suppress().to_stream().to("out")
+    with tempfile.TemporaryDirectory() as directory:
+        runner = Runner(app, Path(directory))
+        out = []
+        for i, (_, key, ts) in enumerate(records):
+            out += runner.feed("in", [(None, {"k": key, "n": i}, ts)])
+        out += runner.feed("in", [(None, {"k": "flush", "n": 0}, 10**9)])
+    expected: dict[Windowed, int] = defaultdict(int)
+    for i, (_, key, ts) in enumerate(records):
+        start = ts - ts % size
+        expected[Windowed(key, start, start + size)] += i
+    assert dict(kv(out)) == dict(expected)
+    assert len(out) == len(expected)  # one final result per window
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 6), st.integers(0, 6), st.integers(0, 10), st.data())
+def test_stream_stream_inner_join_is_the_batch_answer(
+    before: int, after: int, grace: int, data: Any
+) -> None:
+    records = data.draw(in_grace(grace, ("l", "r")))
+    app = App(None, "app")
+    app.stream("l").join(
+        app.stream("r"), lambda a, b: (a, b), JoinWindows(before, after, grace)
+    ).to("out")
+    with tempfile.TemporaryDirectory() as directory:
+        runner = Runner(app, Path(directory))
+        out = []
+        for i, (topic, key, ts) in enumerate(records):
+            out += runner.feed(topic, [(key, i, ts)])
+    lefts = [(i, k, t) for i, (topic, k, t) in enumerate(records) if topic == "l"]
+    rights = [(i, k, t) for i, (topic, k, t) in enumerate(records) if topic == "r"]
+    expected = [
+        (k, (i, j))
+        for i, k, t in lefts
+        for j, k2, t2 in rights
+        if k == k2 and t - before <= t2 <= t + after
+    ]
+    assert sorted(kv(out)) == sorted(expected)
