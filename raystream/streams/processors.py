@@ -29,6 +29,7 @@ from raystream.streams.windows import (
     JoinWindows,
     SessionWindows,
     SlidingWindows,
+    StreamTime,
     SuppressBuffer,
     WindowedAggregator,
     WindowStoreState,
@@ -78,6 +79,12 @@ class Context(Protocol):
 
     def store(self, name: str) -> Any:
         """The task's state store ``name`` (a ``KeyValueStore``)."""
+        ...
+
+    def clock(self, name: str) -> StreamTime:
+        """The stream-time tracker ``name``: shared by the processors that ask for the
+        same name, it starts at the task's stream time and advances only with what
+        they observe (Kafka's per-processor observed stream time)."""
         ...
 
     def schedule(self, interval_ms: int, punctuation_type: str, fn: Callable[[int], Any]) -> None:
@@ -277,6 +284,7 @@ class _Aggregate(_Stateless):
         self.aggregation = Aggregation(p["initializer"], p["aggregator"], p["merger"])
         self.store = context.store(p["store"])
         self.windowed = None
+        self.clock = context.clock(p["store"])
         windows = p["windows"]
         if isinstance(windows, SessionWindows):
             self.windowed = WindowedAggregator(windows, self.aggregation, self.store)
@@ -300,7 +308,7 @@ class _Aggregate(_Stateless):
             self.context.forward(record._replace(value=new, old=old))
             return
         updates = self.windowed.process(
-            record.key, record.value, record.timestamp, self.context.stream_time_ms
+            record.key, record.value, record.timestamp, self.clock.observe(record.timestamp)
         )
         if updates is None:
             self.context.record_dropped("late")
@@ -310,20 +318,19 @@ class _Aggregate(_Stateless):
 
 
 class _Suppress(_Stateless):
-    """Buffers a windowed table's rows; emits each once its window has closed."""
+    """Buffers a windowed table's rows; emits each once its window has closed, judged by
+    the stream time of the rows reaching it (as Kafka's suppression processor)."""
 
     def init(self, context: Context) -> None:
         super().init(context)
         self.buffer = SuppressBuffer(
             close_time_for(self.params["windows"]), context.store(self.params["store"])
         )
-        context.schedule(1, STREAM_TIME, self.emit)
+        self.clock = context.clock(self.params["store"])
 
     def process(self, record: Record) -> None:
         self.buffer.add(record.key, record.value)
-
-    def emit(self, stream_time_ms: int) -> None:
-        for window, value in self.buffer.emit(stream_time_ms):
+        for window, value in self.buffer.emit(self.clock.observe(record.timestamp)):
             self.context.forward(Record(window, value, window.end_ms))
 
 
@@ -375,8 +382,8 @@ class _StreamStreamJoin(_Stateless):
         self.windows: JoinWindows = p["windows"]
         # Does this side emit its unmatched records (with None for the other side)?
         self.emits_unmatched = p["how"] == "outer" or (p["how"] == "left" and self.this_side)
-        if self.outer is not None and self.this_side:
-            context.schedule(1, STREAM_TIME, self.emit_unmatched)
+        # Both sides share one stream time: the records reaching either of them.
+        self.clock = context.clock(this)
 
     def _bounds(self, timestamp_ms: int) -> tuple[int, int]:
         """The other side's timestamps a record at ``timestamp_ms`` joins."""
@@ -395,7 +402,8 @@ class _StreamStreamJoin(_Stateless):
             self.context.record_dropped("null key or value")
             return
         key, ts = record.key, record.timestamp
-        if self.context.stream_time_ms >= self._close_time(ts, self.this_side):
+        stream_time_ms = self.clock.observe(ts)
+        if stream_time_ms >= self._close_time(ts, self.this_side):
             self.context.record_dropped("late")
             return
         self.own.put(key, record.value, ts)
@@ -412,10 +420,13 @@ class _StreamStreamJoin(_Stateless):
         if self.emits_unmatched and not matched:
             entry = (self._close_time(ts, self.this_side), self.this_side, key, ts)
             self.outer.put(entry, [*(self.outer.get(entry) or []), record.value])
+        if self.outer is not None:
+            self._emit_unmatched(stream_time_ms)
 
-    def emit_unmatched(self, stream_time_ms: int) -> None:
-        """Emit the unmatched records of closed windows, joined with None (the this
-        side's processor runs it for both sides: they share the outer store)."""
+    def _emit_unmatched(self, stream_time_ms: int) -> None:
+        """Emit the unmatched records (of either side: the store is shared) whose window
+        has closed, joined with None."""
+        assert self.outer is not None
         joiner = self.params["joiner"]
         closed = list(self.outer.range(None, (stream_time_ms + 1,)))
         for entry, values in closed:

@@ -9,10 +9,12 @@ punctuation runs off the ``now_ms`` the caller passes) and never commits.
 Order: records of one partition are processed in offset order; across the task's
 partitions (a join or merge reads partition p of several topics) the task picks, among
 the heads of the partitions present in the batch, the record with the smallest
-timestamp, as Kafka Streams' ``PartitionGroup`` does. Stream time (the largest
-timestamp seen) advances before a record is processed, so the record's own windows see
-it; stream-time punctuators (suppression, outer-join emission, a user's) run after each
-record that advanced it.
+timestamp, as Kafka Streams' ``PartitionGroup`` does. The task's stream time (the
+largest timestamp seen) advances before a record is processed; user stream-time
+punctuators run after each record that advanced it. Windowed aggregates, suppression and
+stream-stream joins judge closing by their own observed stream time (of the records that
+reach them, starting from the task's), as Kafka Streams' processors do, so records a
+filter drops or table updates in the same task do not close their windows.
 
 Example::
 
@@ -187,6 +189,7 @@ class Task:
             for topic in node.topics
         }
         self._punctuators: list[_Punctuator] = []
+        self._clocks: dict[str, StreamTime] = {}
         self._result = TaskResult()
         self._current: str | None = None
         self._processors: dict[str, Processor] = {}
@@ -402,6 +405,12 @@ class _TaskContext:
             return self._task.stores[name]
         except KeyError:
             raise StreamsError(f"task {self._task.task_id}: no store named {name!r}") from None
+
+    def clock(self, name: str) -> StreamTime:
+        clocks = self._task._clocks
+        if name not in clocks:
+            clocks[name] = StreamTime(self._task.clock.ms)
+        return clocks[name]
 
     def schedule(self, interval_ms: int, punctuation_type: str, fn: Callable[[int], Any]) -> None:
         if punctuation_type not in (STREAM_TIME, WALL_CLOCK):

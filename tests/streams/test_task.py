@@ -447,3 +447,17 @@ def test_stream_stream_inner_join_is_the_batch_answer(
         if k == k2 and t - before <= t2 <= t + after
     ]
     assert sorted(kv(out)) == sorted(expected)
+
+
+def test_windows_close_on_the_stream_time_of_the_records_that_reach_them(
+    tmp_path: Path,
+) -> None:
+    app = App(None, "app")
+    app.stream("t").filter(lambda k, v: v != "skip").group_by_key().window(
+        TumblingWindows(10)
+    ).count().suppress().to_stream().to("out")
+    runner = Runner(app, tmp_path)
+    # The filtered record at 100 moves the task's stream time, not the aggregate's.
+    assert runner.feed("t", [("k", "a", 1), ("k", "skip", 100), ("k", "a", 5)]) == []
+    assert runner.tasks[0].stream_time_ms == 100
+    assert kv(runner.feed("t", [("k", "a", 20)])) == [(Windowed("k", 0, 10), 2)]
