@@ -558,8 +558,8 @@ class KGroupedStream:
         return self._extreme("max", column, name, max)
 
     def mean(self, column: str, name: str | None = None) -> KTable:
-        """The mean of ``value[column]`` per key. The store holds ``[sum, count]``; the
-        table's values are the means."""
+        """The mean of ``value[column]`` per key. The table's values are the means; its
+        aggregate store (queried by ``name``) holds ``(sum, count)``."""
         get = _column_getter("mean", column)
         table = self._aggregate(
             "mean",
@@ -568,9 +568,7 @@ class KGroupedStream:
             lambda k, v, a: (a[0] + get(v), a[1] + 1),
             lambda k, a, b: (a[0] + b[0], a[1] + b[1]),
         )
-        mean = table.map_values(lambda a: a[0] / a[1] if a[1] else None)
-        mean.store = table.store  # queries read the [sum, count] store
-        return mean
+        return table.map_values(lambda a: a[0] / a[1] if a[1] else None)
 
     def _extreme(
         self, op: str, column: str, name: str | None, pick: Callable[[Any, Any], Any]

@@ -6,8 +6,9 @@ The DSL (:mod:`raystream.streams.dsl`) appends :class:`Node` values to a
 topic (a sink into it ends one sub-topology, a source reading it starts another), and
 joined where two nodes share a store (a stream-table join reads the store the table's
 source writes). A task runs one sub-topology on one partition of each of its source
-topics; the topics of one sub-topology must therefore have the same partition count
-(:attr:`SubTopology.copartition_groups`), which the runtime checks at start.
+topics; the two sides of a join must therefore have the same partition count
+(:attr:`SubTopology.copartition_groups`), which the runtime checks at start with
+:meth:`Topology.partition_counts` (which also sizes the repartition topics).
 
 Node names follow Kafka Streams (``KSTREAM-FILTER-0000000001``), so
 :meth:`Topology.describe` reads like ``Topology.describe()``::
@@ -231,6 +232,55 @@ class Topology:
             )
         return result
 
+    def partition_counts(self, partitions: dict[str, int]) -> dict[str, int]:
+        """Check co-partitioning and return the partition count of every source topic,
+        the repartition topics' included (what the runtime creates them with).
+
+        As Kafka Streams does: a repartition topic takes the largest count of the source
+        topics of the sub-topology that writes it; then one that must be co-partitioned
+        with user topics takes their count instead.
+
+        Args:
+            partitions: The partition count of every user topic the topology reads.
+
+        Raises:
+            TopologyError: naming the topics and their counts when co-partitioned user
+                topics disagree, or naming a source topic whose count is unknown.
+        """
+        subtopologies = self.build()
+        internal = set(self.repartition_topics)
+        counts = {t: n for t, n in partitions.items() if t not in internal}
+        for sub in subtopologies:  # writers come before readers: sub-topologies are in order
+            known = [counts[t] for t in sub.source_topics if t in counts]
+            for topic in sub.sink_topics:
+                if topic in internal and known:
+                    counts[topic] = max(known)
+        for sub in subtopologies:
+            for topic in sub.source_topics:
+                if topic not in counts:
+                    raise TopologyError(f"source topic {topic!r} does not exist")
+            for group in sub.copartition_groups:
+                users = {t: counts[t] for t in sorted(group) if t not in internal}
+                if len(set(users.values())) > 1:
+                    raise TopologyError(
+                        f"topics {sorted(users)} must be co-partitioned (sub-topology "
+                        f"{sub.id} joins them) but have partition counts {users}"
+                    )
+                target = next(iter(users.values())) if users else max(counts[t] for t in group)
+                for topic in group & internal:
+                    counts[topic] = target
+        return counts
+
+    def task_ids(self, partitions: dict[str, int]) -> list[tuple[int, int]]:
+        """Every task ``(subtopology, partition)``: a sub-topology has as many tasks as
+        its source topics' largest partition count (see :meth:`partition_counts`)."""
+        counts = self.partition_counts(partitions)
+        return [
+            (sub.id, p)
+            for sub in self.build()
+            for p in range(max(counts[t] for t in sub.source_topics))
+        ]
+
     def describe(self) -> str:
         """The topology as Kafka Streams' ``Topology.describe()`` prints it."""
         lines = ["Topologies:"]
@@ -252,39 +302,3 @@ class Topology:
                     lines.append(f"      <-- {', '.join(node.parents)}")
             lines.append("")
         return "\n".join(lines)
-
-
-def check_copartitioning(
-    subtopologies: list[SubTopology], partitions: dict[str, int]
-) -> dict[str, int]:
-    """Check that co-partitioned topics have equal partition counts; return the count of
-    every source topic, repartition topics included (a repartition topic takes the
-    largest partition count of the user topics of the sub-topology that writes it, as
-    Kafka Streams does).
-
-    Args:
-        subtopologies: The built topology.
-        partitions: The partition count of every user topic the topology reads.
-
-    Raises:
-        TopologyError: naming the topics and their counts when a group disagrees, or a
-            source topic whose count is unknown.
-    """
-    counts = dict(partitions)
-    for sub in subtopologies:  # writers come before readers: sub-topologies are in order
-        known = [counts[t] for t in sub.source_topics if t in counts]
-        for topic in sub.sink_topics:
-            if topic not in partitions and known and topic not in counts:
-                counts[topic] = max(known)
-    for sub in subtopologies:
-        for topic in sub.source_topics:
-            if topic not in counts:
-                raise TopologyError(f"source topic {topic!r} does not exist")
-        for group in sub.copartition_groups:
-            sizes = {t: counts[t] for t in sorted(group)}
-            if len(set(sizes.values())) > 1:
-                raise TopologyError(
-                    f"topics {sorted(group)} must be co-partitioned (sub-topology "
-                    f"{sub.id} joins or merges them) but have partition counts {sizes}"
-                )
-    return counts

@@ -7,7 +7,6 @@ import pytest
 
 from raystream.errors import InvalidConfigError, TopologyError
 from raystream.streams.dsl import App
-from raystream.streams.topology import check_copartitioning
 from raystream.streams.windows import JoinWindows, SessionWindows, TumblingWindows
 
 
@@ -82,29 +81,41 @@ def test_joins_record_co_partitioning_and_the_check_names_the_topics() -> None:
         frozenset({"orders", "customers"}),
         frozenset({"orders", "clicks"}),
     }
-    check_copartitioning(app.subtopologies(), {"orders": 4, "customers": 4, "clicks": 4})
+    app.topology.partition_counts({"orders": 4, "customers": 4, "clicks": 4})
     with pytest.raises(TopologyError, match=r"co-partitioned.*'clicks': 3"):
-        check_copartitioning(app.subtopologies(), {"orders": 4, "customers": 4, "clicks": 3})
+        app.topology.partition_counts({"orders": 4, "customers": 4, "clicks": 3})
 
 
 def test_repartition_topics_take_the_partition_count_of_their_writer() -> None:
     app = App(None, "app")
     app.stream("clicks").group_by(lambda k, v: v).count(name="c")
-    counts = check_copartitioning(app.subtopologies(), {"clicks": 6})
+    counts = app.topology.partition_counts({"clicks": 6})
     assert counts["app-c-repartition"] == 6
 
 
 def test_merge_of_topics_with_different_partition_counts_is_allowed() -> None:
     app = App(None, "app")
     app.stream("a").merge(app.stream("b")).to("out")
-    check_copartitioning(app.subtopologies(), {"a": 2, "b": 3})
+    app.topology.partition_counts({"a": 2, "b": 3})
+
+
+def test_a_repartition_topic_joined_with_a_table_takes_the_tables_partition_count() -> None:
+    app = App(None, "app")
+    app.stream("clicks").select_key(lambda k, v: v).join(app.table("users"), lambda c, u: c)
+    counts = app.topology.partition_counts({"clicks": 8, "users": 3})
+    (topic,) = app.topology.repartition_topics
+    assert counts[topic] == 3
+    assert app.topology.task_ids({"clicks": 8, "users": 3}) == [
+        *[(0, p) for p in range(8)],
+        *[(1, p) for p in range(3)],
+    ]
 
 
 def test_a_missing_source_topic_is_named() -> None:
     app = App(None, "app")
     app.stream("nope").to("out")
     with pytest.raises(TopologyError, match="'nope' does not exist"):
-        check_copartitioning(app.subtopologies(), {})
+        app.topology.partition_counts({})
 
 
 def test_stream_stream_outer_join_adds_the_shared_outer_store() -> None:
