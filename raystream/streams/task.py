@@ -239,6 +239,20 @@ class Task:
             if record.topic not in self._sources or record.partition != self.task_id.partition:
                 raise StreamsError(f"task {self.task_id} does not read {tp}")
             queues.setdefault(tp, []).append(record)
+        if len(queues) == 1:  # one partition: its own order, no merge by timestamp
+            ((tp, queue),) = queues.items()
+            for record in queue:
+                self._process_one(record)
+            self._result.offsets[tp] = queue[-1].offset + 1
+        else:
+            self._process_merged(queues)
+        for name, processor in self._processors.items():
+            self._run(name, processor.flush)
+        self._punctuate(WALL_CLOCK, now_ms)
+        return self._take_result()
+
+    def _process_merged(self, queues: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Process several partitions' records, always the smallest head timestamp next."""
         heap = [(q[0].timestamp, i, 0, tp) for i, (tp, q) in enumerate(queues.items())]
         heapq.heapify(heap)
         while heap:
@@ -249,10 +263,6 @@ class Task:
             self._result.offsets[tp] = record.offset + 1
             if position + 1 < len(queue):
                 heapq.heappush(heap, (queue[position + 1].timestamp, i, position + 1, tp))
-        for name, processor in self._processors.items():
-            self._run(name, processor.flush)
-        self._punctuate(WALL_CLOCK, now_ms)
-        return self._take_result()
 
     def punctuate(self, now_ms: int) -> TaskResult:
         """Run the wall-clock punctuators due at ``now_ms`` without new records."""
