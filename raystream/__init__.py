@@ -31,7 +31,7 @@ from raystream.types import (
 )
 
 if TYPE_CHECKING:
-    from raystream import data, spark
+    from raystream import data, spark, streams
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
     from raystream.client.consumer import Consumer
@@ -43,7 +43,11 @@ __version__ = "0.1.0"
 
 # Names that need Ray (or the storage engine, or pyspark) are imported on first use, so
 # that ``import raystream.log`` stays a plain library import without Ray.
-_SUBMODULES = {"data": "raystream.data", "spark": "raystream.spark"}
+_SUBMODULES = {
+    "data": "raystream.data",
+    "spark": "raystream.spark",
+    "streams": "raystream.streams",
+}
 _LAZY = {
     "Admin": "raystream.client.admin",
     "Cluster": "raystream.client.cluster",
@@ -85,4 +89,5 @@ __all__ = [
     "data",
     "errors",
     "spark",
+    "streams",
 ]

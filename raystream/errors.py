@@ -50,9 +50,12 @@ exception here.
     │                                         names the request and the original error)
     ├── IllegalStateError                   (no Kafka code: client used out of order, e.g.
     │                                         after close)
-    └── RecordDeserializationError          (no Kafka code, client side: a deserializer
-                                              raised on a record; the consumer stays at its
-                                              offset)
+    ├── RecordDeserializationError          (no Kafka code, client side: a deserializer
+    │                                         raised on a record; the consumer stays at its
+    │                                         offset)
+    └── StreamsError                        (no Kafka code: a streams application failed)
+        └── TopologyError                   (a bad DSL call or topology, found while it
+                                              is built or checked at start)
 
 Code -1 is Kafka's UNKNOWN_SERVER_ERROR: an answer carrying it (or a code this module
 does not know) reads back as :class:`UnknownServerError`, never as the bare base class.
@@ -411,6 +414,22 @@ class RecordDeserializationError(RaystreamError):
     def __reduce__(self) -> tuple[Any, ...]:
         # Keeps the fields through pickling (Ray carries errors between processes).
         return (type(self), (str(self), self.topic, self.partition, self.offset))
+
+
+class StreamsError(RaystreamError):
+    """A streams application failed (``rs.streams``); base of the streams errors.
+
+    Client side only, no Kafka code (Kafka Streams' ``StreamsException``).
+    """
+
+
+class TopologyError(StreamsError):
+    """The topology is not valid: a DSL call with a bad argument, a window with a negative
+    size, a join whose inputs are not co-partitioned, a store name used twice.
+
+    Kafka Streams' ``TopologyException``: raised while the topology is built or checked
+    at start, never while records flow; the message names the node or argument.
+    """
 
 
 _BY_CODE: dict[int, type[RaystreamError]] = {

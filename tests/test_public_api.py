@@ -26,6 +26,7 @@ API = {
     "data",
     "errors",
     "spark",
+    "streams",
 }
 
 ERRORS = {

@@ -14,6 +14,30 @@ without a consumer loop of its own. The shape follows Kafka Streams:
   are members of the consumer group named by ``application_id``.
 """
 
+from raystream.streams.dsl import App, KGroupedStream, KStream, KTable
+from raystream.streams.processors import STREAM_TIME, WALL_CLOCK, Processor, Record
 from raystream.streams.windowed import Windowed
+from raystream.streams.windows import (
+    HoppingWindows,
+    JoinWindows,
+    SessionWindows,
+    SlidingWindows,
+    TumblingWindows,
+)
 
-__all__ = ["Windowed"]
+__all__ = [
+    "STREAM_TIME",
+    "WALL_CLOCK",
+    "App",
+    "HoppingWindows",
+    "JoinWindows",
+    "KGroupedStream",
+    "KStream",
+    "KTable",
+    "Processor",
+    "Record",
+    "SessionWindows",
+    "SlidingWindows",
+    "TumblingWindows",
+    "Windowed",
+]

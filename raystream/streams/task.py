@@ -1,0 +1,438 @@
+"""A streams task: one sub-topology on one partition of its inputs (pure: no Ray, no clock).
+
+The runtime (a worker actor) owns a :class:`Task` per assigned partition group, feeds it
+polled records, and does what the :class:`TaskResult` says: produce the output records,
+write the changelog records, commit the input offsets (in one transaction under
+exactly-once). The task itself never touches the network, reads no clock (wall-clock
+punctuation runs off the ``now_ms`` the caller passes) and never commits.
+
+Order: records of one partition are processed in offset order; across the task's
+partitions (a join or merge reads partition p of several topics) the task picks, among
+the heads of the partitions present in the batch, the record with the smallest
+timestamp, as Kafka Streams' ``PartitionGroup`` does. The task's stream time (the
+largest timestamp seen) advances before a record is processed; user stream-time
+punctuators run after each record that advanced it. Windowed aggregates, suppression and
+stream-stream joins judge closing by their own observed stream time (of the records that
+reach them, starting from the task's), as Kafka Streams' processors do, so records a
+filter drops or table updates in the same task do not close their windows.
+
+Example::
+
+    sub = app.subtopologies()[0]
+    stores = open_task_stores(sub, state_dir / "0_0")
+    task = Task(TaskId(0, 0), sub, stores, app.application_id)
+    result = task.process(consumer.poll_records(), now_ms=clock_ms)
+    producer.send each result.outputs; write result.changelog; commit result.offsets
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from raystream.errors import RaystreamError, StreamsError
+from raystream.streams.processors import (
+    STREAM_TIME,
+    WALL_CLOCK,
+    Processor,
+    Record,
+    build_processor,
+)
+from raystream.streams.serde import decode_key, encode_key
+from raystream.streams.stores import (
+    Backend,
+    ChangelogRecord,
+    KeyValueStore,
+    LmdbBackend,
+    SessionStore,
+    Store,
+    WindowStore,
+    changelog_topic,
+)
+from raystream.streams.topology import Node, StoreSpec, SubTopology
+from raystream.streams.windows import StreamTime
+from raystream.types import ConsumerRecord, TopicPartition
+
+
+class TaskId(NamedTuple):
+    """A task: sub-topology ``subtopology`` on partition ``partition`` of its topics.
+    Printed as Kafka Streams prints it, ``"0_1"``."""
+
+    subtopology: int
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.subtopology}_{self.partition}"
+
+
+class OutputRecord(NamedTuple):
+    """A record for the runtime to produce. No partition: the producer's default
+    partitioner picks it from the key bytes (murmur2), which is what puts equal keys of
+    a repartition topic in one partition."""
+
+    topic: str
+    key: Any
+    value: Any
+    timestamp: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass
+class TaskResult:
+    """What the runtime must do after a :meth:`Task.process` or :meth:`Task.punctuate`.
+
+    Attributes:
+        outputs: Records to produce, in the order they were emitted.
+        changelog: Per changelog partition (``<application_id>-<store>-changelog``,
+            partition = the task's), the store changes ``(key bytes, value bytes or
+            None)`` to write, oldest first.
+        offsets: Per input partition, the next offset to consume: what to commit once
+            ``outputs`` and ``changelog`` are written (in the same transaction under
+            exactly-once). Empty when no records were processed.
+        dropped_records: Records dropped in this call (late, null key, bad timestamp).
+        stream_time_ms: The task's stream time afterwards.
+    """
+
+    outputs: list[OutputRecord] = field(default_factory=list)
+    changelog: dict[TopicPartition, list[ChangelogRecord]] = field(default_factory=dict)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    dropped_records: int = 0
+    stream_time_ms: int = -1
+
+
+@dataclass
+class _Punctuator:
+    node: str
+    interval_ms: int
+    punctuation_type: str
+    fn: Callable[[int], Any]
+    next_ms: int | None = None
+
+
+def open_store(spec: StoreSpec, backend: Backend) -> Store:
+    """The store ``spec`` describes, on ``backend``."""
+    if spec.kind == "kv":
+        return KeyValueStore(spec.name, backend)
+    if spec.kind == "session":
+        return SessionStore(spec.name, backend, spec.retention_ms)
+    return WindowStore(
+        spec.name,
+        backend,
+        spec.retention_ms,
+        spec.window_size_ms,
+        retain_duplicates=spec.retain_duplicates,
+    )
+
+
+def open_task_stores(
+    subtopology: SubTopology, task_dir: str | os.PathLike[str]
+) -> dict[str, Store]:
+    """Open every store of ``subtopology`` on disk under ``task_dir`` (one LMDB
+    environment per store, in a directory named after it)."""
+    return {
+        spec.name: open_store(spec, LmdbBackend(Path(task_dir) / spec.name))
+        for spec in subtopology.stores
+    }
+
+
+class Task:
+    """Runs one sub-topology over one partition of each of its source topics.
+
+    Not thread-safe: one thread drives a task (the stores are written from it).
+
+    Args:
+        task_id: Which sub-topology and partition.
+        subtopology: The nodes to run.
+        stores: Every store the sub-topology names, open (see :func:`open_task_stores`),
+            already restored from its changelog.
+        application_id: Names the changelog topics.
+        stream_time_ms: Stream time to resume from (-1: none seen).
+
+    Attributes:
+        dropped_records: Records dropped so far, by reason ("late", "null key", ...):
+            Kafka Streams' ``dropped-records`` metric.
+        processed_records_total: Input records processed so far.
+
+    Raises:
+        StreamsError: a store the sub-topology needs is missing.
+    """
+
+    def __init__(
+        self,
+        task_id: TaskId,
+        subtopology: SubTopology,
+        stores: Mapping[str, Any],
+        application_id: str,
+        stream_time_ms: int = -1,
+    ) -> None:
+        missing = [spec.name for spec in subtopology.stores if spec.name not in stores]
+        if missing:
+            raise StreamsError(f"task {task_id}: stores {missing} were not given")
+        self.task_id = task_id
+        self.subtopology = subtopology
+        self.stores = dict(stores)
+        self.application_id = application_id
+        self.clock = StreamTime(stream_time_ms)
+        self.dropped_records: dict[str, int] = {}
+        self.processed_records_total = 0
+        self.nodes = {node.name: node for node in subtopology.nodes}
+        self.children = subtopology.children()
+        self._sources = {
+            topic: node
+            for node in subtopology.nodes
+            if node.role == "source"
+            for topic in node.topics
+        }
+        self._punctuators: list[_Punctuator] = []
+        self._clocks: dict[str, StreamTime] = {}
+        self._result = TaskResult()
+        self._current: str | None = None
+        self._processors: dict[str, Processor] = {}
+        for node in subtopology.nodes:
+            if node.role == "processor":
+                processor = build_processor(node)
+                processor.children = self.children[node.name]
+                self._processors[node.name] = processor
+        context = _TaskContext(self)
+        for name, processor in self._processors.items():
+            self._current = name
+            processor.init(context)
+        self._current = None
+
+    @property
+    def stream_time_ms(self) -> int:
+        """The largest record timestamp the task has processed (-1 before any)."""
+        return self.clock.ms
+
+    def input_partitions(self) -> list[TopicPartition]:
+        """The partitions the task reads: its partition of every source topic."""
+        return [TopicPartition(t, self.task_id.partition) for t in self.subtopology.source_topics]
+
+    def changelog_partitions(self) -> dict[str, TopicPartition]:
+        """Each store's changelog partition (restore a moved task's store from it)."""
+        return {
+            spec.name: TopicPartition(
+                changelog_topic(self.application_id, spec.name), self.task_id.partition
+            )
+            for spec in self.subtopology.stores
+        }
+
+    def process(self, records: Iterable[ConsumerRecord], now_ms: int) -> TaskResult:
+        """Process a batch of polled records, then run due wall-clock punctuators.
+
+        ``records`` may mix the task's input partitions; each partition's records must
+        be in offset order. Returns what to produce, log and commit.
+
+        Raises:
+            StreamsError: a user function failed (naming the node and the record); the
+                task's stores may hold part of the batch's changes, so the runtime must
+                not commit and should restore the task (as after a crash).
+        """
+        queues: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            if record.topic not in self._sources or record.partition != self.task_id.partition:
+                raise StreamsError(f"task {self.task_id} does not read {tp}")
+            queues.setdefault(tp, []).append(record)
+        if len(queues) == 1:  # one partition: its own order, no merge by timestamp
+            ((tp, queue),) = queues.items()
+            for record in queue:
+                self._process_one(record)
+            self._result.offsets[tp] = queue[-1].offset + 1
+        else:
+            self._process_merged(queues)
+        for name, processor in self._processors.items():
+            self._run(name, processor.flush)
+        self._punctuate(WALL_CLOCK, now_ms)
+        return self._take_result()
+
+    def _process_merged(self, queues: dict[TopicPartition, list[ConsumerRecord]]) -> None:
+        """Process several partitions' records, always the smallest head timestamp next."""
+        heap = [(q[0].timestamp, i, 0, tp) for i, (tp, q) in enumerate(queues.items())]
+        heapq.heapify(heap)
+        while heap:
+            _, i, position, tp = heapq.heappop(heap)
+            queue = queues[tp]
+            record = queue[position]
+            self._process_one(record)
+            self._result.offsets[tp] = record.offset + 1
+            if position + 1 < len(queue):
+                heapq.heappush(heap, (queue[position + 1].timestamp, i, position + 1, tp))
+
+    def punctuate(self, now_ms: int) -> TaskResult:
+        """Run the wall-clock punctuators due at ``now_ms`` without new records."""
+        self._punctuate(WALL_CLOCK, now_ms)
+        return self._take_result()
+
+    def close(self) -> None:
+        """Flush and close the task's stores (the task is done, or moves away)."""
+        for store in self.stores.values():
+            store.close()
+
+    def _take_result(self) -> TaskResult:
+        result, self._result = self._result, TaskResult()
+        for name, store in self.stores.items():
+            changes = store.drain_changelog()
+            if changes:
+                tp = TopicPartition(
+                    changelog_topic(self.application_id, name), self.task_id.partition
+                )
+                result.changelog[tp] = changes
+        result.stream_time_ms = self.clock.ms
+        return result
+
+    def _process_one(self, consumer_record: ConsumerRecord) -> None:
+        source = self._sources[consumer_record.topic]
+        params = source.params
+        try:
+            if params.get("internal"):
+                raw_key, raw_value = consumer_record.key, consumer_record.value
+                key = None if raw_key is None else decode_key(raw_key)
+                value = None if raw_value is None else pickle.loads(raw_value)
+            else:
+                key, value = consumer_record.key, consumer_record.value
+                if params["key_deserializer"] is not None and key is not None:
+                    key = params["key_deserializer"](key)
+                if params["value_deserializer"] is not None and value is not None:
+                    value = params["value_deserializer"](value)
+            extractor = params.get("timestamp_extractor")
+            timestamp = (
+                consumer_record.timestamp if extractor is None else extractor(consumer_record)
+            )
+        except RaystreamError:
+            raise
+        except Exception as e:
+            raise StreamsError(
+                f"task {self.task_id}: source {source.name} could not read the record at "
+                f"{consumer_record.topic}-{consumer_record.partition}@{consumer_record.offset}: "
+                f"{e!r}"
+            ) from e
+        self.processed_records_total += 1
+        if not isinstance(timestamp, int) or timestamp < 0:
+            self._dropped("invalid timestamp")  # as Kafka Streams skips them
+            return
+        before = self.clock.ms
+        self.clock.observe(timestamp)
+        record = Record(key, value, timestamp, tuple(consumer_record.headers or ()))
+        self._current = source.name
+        try:
+            self._forward(record, None)
+        except RaystreamError:
+            raise
+        except Exception as e:
+            raise StreamsError(
+                f"task {self.task_id}: node {self._current} failed on the record at "
+                f"{consumer_record.topic}-{consumer_record.partition}@{consumer_record.offset}: "
+                f"{e!r}"
+            ) from e
+        finally:
+            self._current = None
+        if self.clock.ms > before:
+            self._punctuate(STREAM_TIME, self.clock.ms)
+
+    def _forward(self, record: Record, child: str | None) -> None:
+        parent = self._current
+        assert parent is not None
+        targets = self.children[parent] if child is None else [child]
+        for name in targets:
+            self._current = name
+            node = self.nodes[name]
+            if node.role == "sink":
+                self._emit(node, record)
+            else:
+                self._processors[name].process(record)
+        self._current = parent
+
+    def _emit(self, node: Node, record: Record) -> None:
+        topic = node.topics[0]
+        if node.params.get("internal"):
+            if record.key is None:
+                self._dropped("null key")  # a repartition topic carries only keyed records
+                return
+            key: Any = encode_key(record.key)
+            value: Any = None if record.value is None else pickle.dumps(record.value, 5)
+        else:
+            key, value = record.key, record.value
+            if node.params["key_serializer"] is not None and key is not None:
+                key = node.params["key_serializer"](key)
+            if node.params["value_serializer"] is not None and value is not None:
+                value = node.params["value_serializer"](value)
+        self._result.outputs.append(
+            OutputRecord(topic, key, value, record.timestamp, record.headers)
+        )
+
+    def _run(self, node: str, fn: Callable[..., Any], *args: Any) -> None:
+        previous, self._current = self._current, node
+        try:
+            fn(*args)
+        except RaystreamError:
+            raise
+        except Exception as e:
+            raise StreamsError(f"task {self.task_id}: node {node} failed: {e!r}") from e
+        finally:
+            self._current = previous
+
+    def _punctuate(self, punctuation_type: str, time_ms: int) -> None:
+        for p in self._punctuators:
+            if p.punctuation_type != punctuation_type:
+                continue
+            if p.next_ms is None and punctuation_type == WALL_CLOCK:
+                p.next_ms = time_ms + p.interval_ms  # first period starts at the first call
+                continue
+            if p.next_ms is None or time_ms >= p.next_ms:
+                self._run(p.node, p.fn, time_ms)
+                p.next_ms = time_ms + p.interval_ms
+
+    def _dropped(self, reason: str) -> None:
+        self.dropped_records[reason] = self.dropped_records.get(reason, 0) + 1
+        self._result.dropped_records += 1
+
+
+class _TaskContext:
+    """The :class:`~raystream.streams.processors.Context` processors of a task share."""
+
+    def __init__(self, task: Task) -> None:
+        self._task = task
+
+    @property
+    def stream_time_ms(self) -> int:
+        return self._task.clock.ms
+
+    @property
+    def task_id(self) -> TaskId:
+        return self._task.task_id
+
+    def forward(self, record: Record, child: str | None = None) -> None:
+        self._task._forward(record, child)
+
+    def store(self, name: str) -> Any:
+        try:
+            return self._task.stores[name]
+        except KeyError:
+            raise StreamsError(f"task {self._task.task_id}: no store named {name!r}") from None
+
+    def clock(self, name: str) -> StreamTime:
+        clocks = self._task._clocks
+        if name not in clocks:
+            clocks[name] = StreamTime(self._task.clock.ms)
+        return clocks[name]
+
+    def schedule(self, interval_ms: int, punctuation_type: str, fn: Callable[[int], Any]) -> None:
+        if punctuation_type not in (STREAM_TIME, WALL_CLOCK):
+            raise StreamsError(
+                f"schedule: punctuation_type must be {STREAM_TIME!r} or {WALL_CLOCK!r}, got "
+                f"{punctuation_type!r}"
+            )
+        if not isinstance(interval_ms, int) or interval_ms < 1:
+            raise StreamsError(f"schedule: interval_ms must be an int >= 1, got {interval_ms!r}")
+        node = self._task._current
+        assert node is not None
+        self._task._punctuators.append(_Punctuator(node, interval_ms, punctuation_type, fn))
+
+    def record_dropped(self, reason: str) -> None:
+        self._task._dropped(reason)
