@@ -441,7 +441,7 @@ class Log:
             active = self._segments[-1]
             if active.is_empty:
                 return
-            active.flush(fsync=False)
+            active.become_inactive()
             segment = self._new_segment(self.log_end_offset)
             self._segments.append(segment)
             self._bases.append(segment.base_offset)
