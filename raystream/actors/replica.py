@@ -1200,6 +1200,7 @@ class PartitionReplica:
                     await self._housekeep()
                     self.producers.prune_aborted(self.log.log_start_offset)
                 if RELEASE in due:
+                    self.log.release_maps()
                     release_free_memory()
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)

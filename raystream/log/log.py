@@ -1019,6 +1019,13 @@ class Log:
                 return True
             return False
 
+    def release_maps(self) -> None:
+        """Unmap every segment's data, as a process at rest does to hand back what its
+        reads mapped (see :meth:`LogSegment.release_map`); reads map it again."""
+        with self._lock:
+            for segment in self._segments:
+                segment.release_map()
+
     def _write_recovery_point(self) -> None:
         self._recovery_checkpoint_ms = self._clock()
         write_atomically(

@@ -422,6 +422,12 @@ class LogSegment:
         self.size = position
         self.dirty = True
 
+    def release_map(self) -> None:
+        """Unmap the segment's data (the next read maps it again): the pages reads
+        touched stay in the page cache, no longer counted in this process's memory.
+        A reader still holding the map keeps it until it lets go."""
+        self._release_map()
+
     def _release_map(self) -> bool:
         """Drop our map; True when no reader holds it any more (it was closed)."""
         self._buffer = None
