@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -111,6 +112,10 @@ def test_a_connection_waiting_for_its_next_call_keeps_none_of_the_last(served: L
     try:
         before = tracemalloc.get_traced_memory()[0]
         assert channel.call("size", (np.ones(4 << 20, dtype=np.uint8),)).result(10) == 4 << 20
+        deadline = time.monotonic() + 10
+        while served.server._tasks:  # the answer's task ends after the caller has it
+            assert time.monotonic() < deadline, "the answer's task still runs"
+            time.sleep(0.005)
         held = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
