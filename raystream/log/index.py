@@ -27,12 +27,18 @@ import contextlib
 import mmap
 import os
 import struct
+import sys
 
 import numpy as np
 
 PREALLOCATED_BYTES = 10 * 1024 * 1024
 """What an index file is grown to when its segment takes appends (Kafka's
 ``segment.index.bytes`` default); it doubles if a segment ever needs more."""
+
+_NATIVE = sys.byteorder == "little"
+"""Whether the entries' int32 fields can be read and written as native ints, through a
+memoryview over the mapping (the fast path of the offset index, whose lookups serve
+reads, and whose appends serve every produce)."""
 
 _OFFSET_ENTRY = np.dtype([("relative_offset", "<i4"), ("position", "<i4")])
 _TIME_ENTRY = np.dtype([("timestamp", "<i8"), ("relative_offset", "<i4")])
@@ -197,9 +203,45 @@ class OffsetIndex(_MappedIndex):
     _entry = struct.Struct("<ii")
     _dtype = _OFFSET_ENTRY
 
+    def __init__(self, path: str, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        # Native views of the mapping (little-endian hosts): its int32s, and every
+        # other one from the first and the second (the relative offsets, the positions).
+        self._ints: memoryview | None = None
+        self._relatives: memoryview | None = None
+        self._positions: memoryview | None = None
+
+    def _map_file(self, fd: int) -> None:
+        super()._map_file(fd)
+        if _NATIVE and self._map is not None:
+            self._ints = memoryview(self._map).cast("i")
+            self._relatives = self._ints[0::2]
+            self._positions = self._ints[1::2]
+
+    def _unmap(self) -> None:
+        for view in (self._relatives, self._positions, self._ints):
+            if view is not None:
+                view.release()  # the mapping closes only once no view exports it
+        self._ints = self._relatives = self._positions = None
+        super()._unmap()
+
     def append(self, offset: int, position: int) -> None:
         """Add an entry for the batch starting at ``offset`` stored at ``position``."""
-        self._add(offset - self.base_offset, position)
+        ints = self._ints
+        count = self._count
+        if ints is None or count == self._slots:
+            self._add(offset - self.base_offset, position)
+            return
+        ints[2 * count] = offset - self.base_offset
+        ints[2 * count + 1] = position
+        self._count = count + 1
+        self._dirty = True
+
+    def _search(self, field: int, value: int, right: bool) -> int:
+        if self._relatives is None:
+            return super()._search(field, value, right)
+        search = bisect.bisect_right if right else bisect.bisect_left
+        return search(self._positions if field else self._relatives, value, 0, self._count)
 
     def is_sane(self) -> bool:
         """Whether the loaded entries keep the invariant (else the file is garbage); the
@@ -252,16 +294,39 @@ class TimeIndex(_MappedIndex):
     _entry = struct.Struct("<qi")
     _dtype = _TIME_ENTRY
 
+    def __init__(self, path: str, base_offset: int) -> None:
+        super().__init__(path, base_offset)
+        self._last: tuple[int, int] | None = None  # the last entry, once read or written
+
     def maybe_append(self, timestamp: int, offset: int) -> None:
         """Add ``(timestamp, offset)`` if it extends the index monotonically."""
         relative = offset - self.base_offset
-        if self._count:
-            last_timestamp, last_relative = self._entry.unpack_from(
-                self._map, (self._count - 1) * self._entry.size
-            )
-            if timestamp <= last_timestamp or relative <= last_relative:
-                return
-        self._add(timestamp, relative)
+        last = self._last
+        if last is None and self._count:
+            last = self._entry.unpack_from(self._map, (self._count - 1) * self._entry.size)
+        if last is not None and (timestamp <= last[0] or relative <= last[1]):
+            self._last = last
+            return
+        count = self._count
+        if count == self._slots:
+            self._add(timestamp, relative)
+        else:
+            self._entry.pack_into(self._map, count * _TIME_ENTRY.itemsize, timestamp, relative)
+            self._count = count + 1
+            self._dirty = True
+        self._last = (timestamp, relative)
+
+    def load(self) -> bool:
+        self._last = None
+        return super().load()
+
+    def _truncate(self, keep: int) -> None:
+        self._last = None
+        super()._truncate(keep)
+
+    def delete(self) -> None:
+        self._last = None
+        super().delete()
 
     def is_sane(self, last_offset: int) -> bool:
         """Whether the entries increase and stop at ``last_offset`` (the offset index's
