@@ -128,6 +128,9 @@ class Server:
                 )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                # The answer holds the request; waiting for the next one must not keep
+                # it (a produce's batch, held by an idle connection for good).
+                del body, buffers
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:

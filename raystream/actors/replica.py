@@ -94,6 +94,7 @@ from raystream.replication.housekeeping import (
     CHECKPOINT,
     FLUSH,
     FOLLOWER_CHECK,
+    RELEASE,
     RETENTION,
     HousekeepingSchedule,
 )
@@ -139,8 +140,10 @@ follower that does not fetch again. The controller then probes it (see
 :mod:`raystream.controller.liveness`)."""
 SEQUENCE_WAIT_MS = 1000
 IDLE_RELEASE_S = 5.0
-"""A replica that answered no request for this long hands the memory its last burst of
-requests freed back to the system (:func:`~raystream.actors.memory.release_free_memory`)."""
+"""A replica whose traffic stopped this long ago (no request answered but a follower's
+empty long poll, no data copied from its leader) hands the memory the traffic freed back
+to the system (:func:`~raystream.actors.memory.release_free_memory`), as a housekeeping
+duty (:mod:`raystream.replication.housekeeping`) due only after traffic."""
 """How long the leader holds a batch whose sequence is ahead of the next expected one,
 waiting for its predecessor, before refusing it with OutOfOrderSequenceError."""
 
@@ -230,8 +233,6 @@ class PartitionReplica:
         self._committed: asyncio.Event | None = None
         self._appended: asyncio.Event | None = None
         self._tasks: list[asyncio.Task] = []
-        self._requests = 0  # requests answered, so the idle check sees a burst end
-        self._idle_check: asyncio.TimerHandle | None = None
         self._follower_task: asyncio.Task | None = None
         self._appending: asyncio.Task | None = None  # a fetched chunk going into the log
         self._role_lock = asyncio.Lock()  # one role change at a time
@@ -262,26 +263,9 @@ class PartitionReplica:
         leader-epoch, marker and delete-records request, over Ray and over the direct path
         alike."""
         self._start()
-        self._requests += 1
-        if self._idle_check is None:
-            self._idle_check = asyncio.get_running_loop().call_later(
-                IDLE_RELEASE_S, self._release_when_idle, self._requests
-            )
+        if type(request) is not ReplicaFetchRequest:  # counted when it brings data
+            self._note_activity()
         return await self._dispatcher.dispatch(request, context)
-
-    def _release_when_idle(self, seen: int) -> None:
-        """Once requests stopped (none since ``seen``), release the memory they freed.
-
-        Armed by the first request after a rest and re-armed while requests keep coming,
-        so a replica at rest runs no timer at all.
-        """
-        if self._requests != seen:
-            self._idle_check = asyncio.get_running_loop().call_later(
-                IDLE_RELEASE_S, self._release_when_idle, self._requests
-            )
-            return
-        self._idle_check = None
-        release_free_memory()
 
     async def endpoint(self) -> Endpoint | None:
         """Where this replica serves its requests directly (see :mod:`raystream.wire`),
@@ -852,6 +836,8 @@ class PartitionReplica:
             if offset < self.log.log_end_offset
             else []
         )
+        if data:
+            self._note_activity()
         return self._replica_fetch_answer(data)
 
     def _replica_fetch_answer(self, data: list[Any]) -> ReplicaFetchResponse:
@@ -1029,6 +1015,7 @@ class PartitionReplica:
             self.producers.apply_all(stored_headers(chunk))
         if chunks:
             self._note_change()
+            self._note_activity()
 
     async def _truncate_to_leader(self, leader: Any) -> None:
         cache = self.log.leader_epochs
@@ -1175,9 +1162,10 @@ class PartitionReplica:
         """Run each background duty when it is due (see
         :class:`~raystream.replication.housekeeping.HousekeepingSchedule`): checkpoints
         and flushes after changes only, the follower check on a leader with followers
-        only, retention every interval. A replica at rest sleeps until its next
-        retention check; a change that brings a duty forward wakes it
-        (:meth:`_note_change`)."""
+        only, the memory release once traffic stopped, retention every interval. A
+        replica at rest sleeps until its next retention check; a change or traffic
+        that brings a duty forward wakes it (:meth:`_note_change`,
+        :meth:`_note_activity`)."""
         now = time.monotonic()
         schedule = HousekeepingSchedule(
             now,
@@ -1185,6 +1173,7 @@ class PartitionReplica:
             checkpoint_s=self.broker.log_flush_scheduler_interval_ms / 1000,
             follower_check_s=min(self.broker.replica_lag_time_max_ms / 2, UNRESPONSIVE_GRACE_MS)
             / 1000,
+            release_s=IDLE_RELEASE_S,
         )
         wake = self._housekeeping_wake = asyncio.Event()
         self._schedule = schedule
@@ -1210,6 +1199,9 @@ class PartitionReplica:
                 if RETENTION in due:
                     await self._housekeep()
                     self.producers.prune_aborted(self.log.log_start_offset)
+                if RELEASE in due:
+                    self.log.release_maps()
+                    release_free_memory()
             except Exception:  # the loop survives and logs every failure
                 logger.exception("housekeeping failed for %s-%s", self.topic, self.partition)
                 await asyncio.sleep(schedule.checkpoint_s)  # a failing flush: no busy loop
@@ -1223,6 +1215,12 @@ class PartitionReplica:
         """Something to checkpoint appeared (an append, a new high watermark): wake the
         housekeeping loop if that brings its next duty before its planned wake-up."""
         if self._schedule is not None and self._schedule.changed(time.monotonic()):
+            self._replan_housekeeping()
+
+    def _note_activity(self) -> None:
+        """Traffic: plan the release of what it frees for when it stops (waking the
+        housekeeping loop only for the first request after a rest)."""
+        if self._schedule is not None and self._schedule.active(time.monotonic()):
             self._replan_housekeeping()
 
     def _replan_housekeeping(self) -> None:

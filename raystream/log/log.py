@@ -441,7 +441,7 @@ class Log:
             active = self._segments[-1]
             if active.is_empty:
                 return
-            active.flush(fsync=False)
+            active.become_inactive()
             segment = self._new_segment(self.log_end_offset)
             self._segments.append(segment)
             self._bases.append(segment.base_offset)
@@ -1018,6 +1018,13 @@ class Log:
                 self.flush()
                 return True
             return False
+
+    def release_maps(self) -> None:
+        """Unmap every segment's data, as a process at rest does to hand back what its
+        reads mapped (see :meth:`LogSegment.release_map`); reads map it again."""
+        with self._lock:
+            for segment in self._segments:
+                segment.release_map()
 
     def _write_recovery_point(self) -> None:
         self._recovery_checkpoint_ms = self._clock()

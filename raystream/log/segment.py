@@ -121,8 +121,17 @@ class LogSegment:
         self._bytes_since_index_entry += header.size
         self.next_offset = header.base_offset + header.last_offset_delta + 1
 
+    def become_inactive(self) -> None:
+        """The segment takes no more appends (the log rolled past it): cut its index
+        files to their entries, as Kafka does (the active segment's are preallocated);
+        the next flush of the log makes that durable."""
+        self.index.trim()
+        self.time_index.trim()
+        self.dirty = True
+
     def flush(self, fsync: bool = True) -> None:
-        """Write pending index entries and, with ``fsync``, make everything durable."""
+        """With ``fsync``, make the batches and the index entries durable (the entries
+        are in the page cache from the append on, through the indexes' mappings)."""
         if fsync and self.dirty:
             os.fdatasync(self._fd)
         self.index.flush(fsync)
@@ -323,8 +332,9 @@ class LogSegment:
             self._cut(good)
         self.verified_bytes = self.size
         self.corrupt = False
-        self.index.flush(fsync=True)
-        self.time_index.flush(fsync=True)
+        for index in (self.index, self.time_index):
+            index.trim()
+            index.flush(fsync=True)
         return truncated
 
     def _goes_backwards_after(self, position: int, header: BatchHeader) -> bool:
@@ -412,6 +422,12 @@ class LogSegment:
         self.size = position
         self.dirty = True
 
+    def release_map(self) -> None:
+        """Unmap the segment's data (the next read maps it again): the pages reads
+        touched stay in the page cache, no longer counted in this process's memory.
+        A reader still holding the map keeps it until it lets go."""
+        self._release_map()
+
     def _release_map(self) -> bool:
         """Drop our map; True when no reader holds it any more (it was closed)."""
         self._buffer = None
@@ -439,17 +455,21 @@ class LogSegment:
         self.recover()
 
     def close(self) -> None:
-        """Flush pending index entries and release the file (no fsync)."""
+        """Trim the index files to their entries and release every file (no fsync)."""
         self.index.close()
         self.time_index.close()
+        self._close_log_file()
+
+    def _close_log_file(self) -> None:
         self._release_map()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
     def delete(self) -> None:
-        """Remove the segment's files; readers holding its map keep their bytes."""
-        self.close()
+        """Remove the segment's files (the index files unmapped first); readers holding
+        the log file's map keep their bytes."""
+        self._close_log_file()
         self.index.delete()
         self.time_index.delete()
         with contextlib.suppress(FileNotFoundError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
+import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -45,6 +47,9 @@ class Target:
     async def secret(self) -> str:
         return "not served"
 
+    async def size(self, value: np.ndarray) -> int:
+        return value.nbytes
+
 
 class Loop:
     """An event loop in a thread, with a :class:`Server` of a :class:`Target` on it."""
@@ -54,7 +59,7 @@ class Loop:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.target = self.run(self._make_target())
-        self.server = Server(self.target, ("echo", "record", "parked", "refuse"))
+        self.server = Server(self.target, ("echo", "record", "parked", "refuse", "size"))
         self.endpoint = self.run(self.server.start("127.0.0.1"))
 
     async def _make_target(self) -> Target:
@@ -96,6 +101,25 @@ def test_answers_carry_values_and_out_of_band_buffers(served: Loop) -> None:
     assert channel.call("echo", ({"a": [1, 2]},)).result(10) == {"a": [1, 2]}
     assert channel.call("echo", (payload,)).result(10).to_pybytes() == payload.to_pybytes()
     assert np.array_equal(channel.call("echo", (array,)).result(10), array)
+    channel.close()
+
+
+def test_a_connection_waiting_for_its_next_call_keeps_none_of_the_last(served: Loop) -> None:
+    """An idle replica's connection must not hold its last produce request's batch."""
+    channel = connect(served)
+    assert channel.call("size", (np.ones(16, dtype=np.uint8),)).result(10) == 16
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert channel.call("size", (np.ones(4 << 20, dtype=np.uint8),)).result(10) == 4 << 20
+        deadline = time.monotonic() + 10
+        while served.server._tasks:  # the answer's task ends after the caller has it
+            assert time.monotonic() < deadline, "the answer's task still runs"
+            time.sleep(0.005)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 1 << 20, f"{held} bytes held after the call"
     channel.close()
 
 

@@ -79,12 +79,13 @@ class LogFactory:
 def abandon(log: Log) -> None:
     """Drop a log as a crash would: release its files without flushing or marking clean.
 
-    Pending index entries are discarded (they live in memory until a flush), and no
-    ``.clean-shutdown`` marker is written, so the next open runs recovery.
+    The index files are unmapped as they are (the active segment's not trimmed to its
+    entries, zeros past them), and no ``.clean-shutdown`` marker is written, so the
+    next open runs recovery.
     """
     for segment in log._segments:
         for index in (segment.index, segment.time_index):
-            index._written = len(index)
+            index._unmap()  # as a crash leaves it: not trimmed
         segment.close()
     log._closed = True
 

@@ -103,10 +103,10 @@ def check_all(log: Log, model: Model) -> None:
 
 
 def abandon(log: Log) -> None:
-    """Drop a log as a crash would (no flush of pending index entries, no marker)."""
+    """Drop a log as a crash would (index files not trimmed, no marker)."""
     for segment in log._segments:
         for index in (segment.index, segment.time_index):
-            index._written = len(index)
+            index._unmap()  # as a crash leaves it: not trimmed
         segment.close()
     log._closed = True
 

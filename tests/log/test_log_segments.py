@@ -10,6 +10,7 @@ import pytest
 
 import raystream.log.segment as segment_module
 from raystream.log import OFFSET_COLUMN
+from raystream.log.index import PREALLOCATED_BYTES
 
 START = 1_700_000_000_000
 
@@ -206,3 +207,48 @@ def test_offset_index_has_an_entry_per_index_interval(make_log, batch):
         log.append(batch([i]))
     assert len(log._segments[0].index) == 1
     assert log.read(17).column("value").to_pylist() == [17, 18, 19]
+
+
+def index_mappings(log) -> list[str]:
+    """The lines of this process's memory maps that map one of ``log``'s index files."""
+    with open("/proc/self/maps") as f:
+        return [line for line in f if log.directory in line and "index" in line]
+
+
+def test_indexes_are_preallocated_while_active_and_trimmed_when_rolled(make_log, batch):
+    log = make_log(segment_bytes=1024)
+    for i in range(12):
+        log.append(batch([f"value-{i}"] * 10, timestamps=START + i))
+    *closed, active = log._segments
+    assert closed and active.size
+    for segment in closed:  # rolled: exactly their entries on disk
+        assert os.path.getsize(segment.index.path) == 8 * len(segment.index) > 0
+        assert os.path.getsize(segment.time_index.path) == 12 * len(segment.time_index) > 0
+    assert os.path.getsize(active.index.path) == PREALLOCATED_BYTES  # room for appends
+    assert index_mappings(log)
+    log.close()
+    assert os.path.getsize(active.index.path) == 8 * len(active.index)
+    assert os.path.getsize(active.time_index.path) == 12 * len(active.time_index)
+    assert index_mappings(log) == []
+    reopened = make_log(segment_bytes=1024)
+    reopened.append(batch(["more"], timestamps=START + 12))  # grows the active files again
+    assert os.path.getsize(reopened._segments[-1].index.path) == PREALLOCATED_BYTES
+    for offset in range(0, 121, 7):
+        assert reopened.read(offset, max_bytes=1).column(OFFSET_COLUMN)[0].as_py() == offset
+    for i in range(13):
+        assert reopened.offset_for_timestamp(START + i) == 10 * i
+
+
+def test_index_mappings_end_with_their_segments(make_log, batch):
+    log = make_log(segment_bytes=1024, cleanup_policy="compact,delete")
+    for i in range(30):
+        log.append(batch([f"value-{i}"] * 10, keys=[f"k{i % 3}"] * 10))
+    count = log.segment_count
+    assert count > 6
+    log.delete_records_before(log._segments[2].base_offset)  # deletes two segments
+    log.truncate_to(log._segments[-3].base_offset)  # deletes the last three
+    log.compact(now_ms=START)  # rewrites the closed ones
+    assert log.segment_count < count - 4
+    assert [line for line in index_mappings(log) if "(deleted)" in line] == []
+    log.close()
+    assert index_mappings(log) == []

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from raystream.replication.housekeeping import (
     CHECKPOINT,
     FLUSH,
     FOLLOWER_CHECK,
+    RELEASE,
     RETENTION,
     HousekeepingSchedule,
 )
@@ -74,3 +77,43 @@ def test_duties_due_together_run_together() -> None:
     s = schedule()
     s.changed(299.0)
     assert s.take_due(300.0, 300.0, True) == {CHECKPOINT, FLUSH, RETENTION}
+
+
+def releasing(now_s: float = 0.0) -> HousekeepingSchedule:
+    return HousekeepingSchedule(
+        now_s, retention_s=300.0, checkpoint_s=1.0, follower_check_s=1.0, release_s=5.0
+    )
+
+
+def test_a_replica_at_rest_plans_no_release() -> None:
+    s = releasing()
+    assert s.next_wake_s(0.0, None, False) == 300.0
+    assert s.take_due(300.0, None, False) == {RETENTION}
+
+
+def test_the_release_comes_once_traffic_stopped_for_its_quiet_time() -> None:
+    s = releasing()
+    s.next_wake_s(0.0, None, False)
+    assert s.active(10.0)  # the first request of a burst wakes the sleeper to plan
+    releases = []
+    for step in range(1, 80):  # a request every 100 ms until 17.9
+        now = 10.0 + step * 0.1
+        assert not s.active(now)  # ...and no other does
+        if RELEASE in s.take_due(now, None, False):
+            releases.append(now)
+    assert releases == []
+    # Checked at 15 (due 5 s after the first request), pushed back to 5 s after the
+    # last request then (15.0), checked at 20 and pushed back to 5 s after 17.9.
+    assert s.next_wake_s(17.9, None, False) == pytest.approx(20.0)
+    assert s.take_due(20.0, None, False) == set()
+    assert s.next_wake_s(20.0, None, False) == pytest.approx(22.9)
+    assert s.take_due(22.8, None, False) == set()
+    assert s.take_due(22.9, None, False) == {RELEASE}
+    assert s.next_wake_s(23.0, None, False) == 300.0  # at rest again: nothing planned
+
+
+def test_without_a_quiet_time_there_is_no_release() -> None:
+    s = schedule()
+    assert not s.active(1.0)
+    assert s.next_wake_s(1.0, None, False) == 300.0
+    assert RELEASE not in s.take_due(300.0, None, False)
