@@ -26,6 +26,26 @@ import pytest
 _namespaces = itertools.count()
 
 
+def needs_own_ray(item: pytest.Item) -> bool:
+    """Whether the test stops the session's Ray for a Ray of its own: a multi-node
+    ``ray_nodes`` cluster, or a test marked ``own_ray``."""
+    return "ray_nodes" in getattr(item, "fixturenames", ()) or bool(
+        item.get_closest_marker("own_ray")
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests that need a Ray of their own after all the others (keeping the
+    order within each part).
+
+    Each of them stops the session's Ray, and the next test that needs it would start
+    it again (seconds each time, a Spark session's Java workers included); at the end
+    of the session nothing comes after them.
+    """
+    items.sort(key=needs_own_ray)  # a stable sort: collection order otherwise
+
+
 def ensure_local_ray() -> None:
     """Start the session's local Ray unless one is running in this process."""
     import ray

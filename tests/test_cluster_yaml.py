@@ -345,6 +345,7 @@ def _kill(procs: list[psutil.Process]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray
 @pytest.mark.timeout(240)
 def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
     """Start a Ray cluster of our own with Ray's fake multi-node provider.

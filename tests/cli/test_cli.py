@@ -467,9 +467,10 @@ DEMO_LINE = re.compile(
 def test_the_demo_runs_end_to_end_showing_only_its_own_lines() -> None:
     """Starts its own embedded Ray in a subprocess (the demo's own cluster). Ray's,
     Spark's and the JVM's output goes to the log file the demo names, not between the
-    demo's lines."""
+    demo's lines. 5,000 orders still see the leader killed mid-stream and a group
+    member killed mid-processing; the demo's default volume is not what is tested."""
     result = subprocess.run(
-        [sys.executable, "-m", "raystream.cli", "demo", "--orders", "20000", "--partitions", "2"],
+        [sys.executable, "-m", "raystream.cli", "demo", "--orders", "5000", "--partitions", "2"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -3,7 +3,8 @@
 These tests need their own Ray: ``ray.cluster_utils.Cluster`` starts several raylets
 (nodes) on this machine, so replicas land on distinct nodes and a node can be removed.
 The session's single-node Ray is shut down first and started again by the next test
-that needs it.
+that needs it. One such cluster serves the whole package (starting one costs seconds);
+each test has a raystream cluster of its own on it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ _namespaces = itertools.count()
 NODES = 3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def ray_nodes() -> Iterator[Any]:
-    """A 3-node Ray cluster (head + 2 workers) for this module."""
+    """A 3-node Ray cluster (head + 2 workers) for this package.
+
+    A test that removes a node adds one back; were one not to (an error between the
+    two), ``replicated`` makes up the count for the tests after it.
+    """
     import ray
     from ray.cluster_utils import Cluster
 
@@ -47,7 +52,15 @@ def ray_nodes() -> Iterator[Any]:
 @pytest.fixture
 def replicated(ray_nodes: Any, tmp_path) -> Iterator[Any]:
     """A raystream cluster on the multi-node Ray, with fast failure detection."""
+    import ray
+
     from raystream.client.cluster import connect
+
+    alive = sum(1 for n in ray.nodes() if n["Alive"])
+    for _ in range(NODES - alive):
+        ray_nodes.add_node(num_cpus=2, object_store_memory=150 * 2**20)
+    if alive < NODES:
+        ray_nodes.wait_for_nodes()
 
     cluster = connect(
         namespace=f"replication-{next(_namespaces)}",
