@@ -26,7 +26,7 @@ from typing import Any
 import ray
 
 from raystream.errors import ProducerFencedError, RaystreamError, StreamsError
-from raystream.streams.runtime import ERROR, STOPPED, StreamsWorker, wall_clock_ms
+from raystream.streams.runtime import ERROR, StreamsWorker, wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
@@ -122,18 +122,13 @@ class StreamsWorkerShell:
             worker.state = ERROR
             logger.error("streams worker %d failed: %s", self.slot, worker.error)
         finally:
-            state = worker.state
             try:
                 worker.close(clean=clean)
             except Exception as error:
                 logger.warning("streams worker %d: close failed: %s", self.slot, error)
-            if state == ERROR:
-                worker.state = ERROR
             worker.fail_queries(StreamsError(f"streams worker {self.slot} stopped"))
             self._consumer.close(autocommit=False)
             self._producer.close()
-            if worker.state != ERROR:
-                worker.state = STOPPED
 
     def status(self) -> dict[str, Any]:
         """The worker's status (see ``StreamsWorker.status``), its slot and pid."""

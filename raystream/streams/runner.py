@@ -200,6 +200,8 @@ class AppRunner:
             return ERROR
         if all(s is not None and s["state"] == "RUNNING" for s in statuses):
             return RUNNING
+        if all(s is not None and s["state"] == "STOPPED" for s in statuses):
+            return NOT_RUNNING
         return REBALANCING
 
     def errors(self) -> list[str]:

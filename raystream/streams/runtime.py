@@ -145,6 +145,7 @@ class StreamsWorker:
         self._changelog_futures: dict[TopicPartition, Any] = {}
         self._changelog_next: dict[TopicPartition, int] = {}
         self._in_transaction = False
+        self._closed = False  # after close() the listener ignores the consumer's close
         self._dirty = False  # produced or processed since the last commit
         self._last_commit_ms = clock_ms()
         self._queries: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
@@ -301,19 +302,21 @@ class StreamsWorker:
 
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
         """Commit everything, then close the revoked partitions' tasks cleanly."""
+        if self._closed:
+            return
         self.state = REBALANCING
         gone = self._task_ids_of(partitions)
         if not gone:
             return
-        self.commit()
-        if self.exactly_once and self._in_transaction:  # the commit was refused: reset
-            return
+        self.commit()  # a refused commit resets the tasks to the changelog: still clean
         for task_id in gone:
             if task_id in self.tasks:
                 self._close_task(task_id, clean=True)
 
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
         """Close the lost partitions' tasks dirty: the group may have moved them."""
+        if self._closed:
+            return
         self.state = REBALANCING
         gone = self._task_ids_of(partitions)
         if self.exactly_once and self._in_transaction and gone:
@@ -324,6 +327,8 @@ class StreamsWorker:
 
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
         """Create (and restore) the tasks of newly assigned partitions."""
+        if self._closed:
+            return
         self.state = REBALANCING
         for task_id in self._task_ids_of(partitions):
             if task_id not in self.tasks:
@@ -421,7 +426,9 @@ class StreamsWorker:
             committed = clean and not (self.exactly_once and self._in_transaction)
             for task_id in list(self.tasks):
                 self._close_task(task_id, clean=committed)
-            self.state = STOPPED
+            self._closed = True
+            if self.state != ERROR:
+                self.state = STOPPED
 
     def _update_state(self) -> None:
         if self.state in (ERROR, STOPPED):

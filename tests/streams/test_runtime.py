@@ -212,3 +212,117 @@ def test_a_user_function_that_raises_puts_the_app_in_error(
     finally:
         app.stop()
     assert app.state == "NOT_RUNNING"
+
+
+def per_window_updates(records: list[tuple[Any, Any]]) -> dict[str, list[int]]:
+    """Each (key, window)'s count updates, in the order they were written."""
+    updates: dict[str, list[int]] = {}
+    for k, v in records:
+        updates.setdefault(k.decode(), []).append(int(v))
+    return updates
+
+
+def assert_each_count_once(records: list[tuple[Any, Any]], expected: Counter[str]) -> None:
+    """Every record counted once: each (key, window) got the updates 1..n, no repeats."""
+    updates = per_window_updates(records)
+    assert set(updates) == set(expected)
+    wrong = {k: u for k, u in updates.items() if sorted(u) != list(range(1, expected[k] + 1))}
+    assert not wrong, f"duplicated or lost updates: {dict(itertools.islice(wrong.items(), 3))}"
+
+
+def produce_in_rounds(cluster: Any, topic: str, items: list, rounds: int, pause_s: float) -> Any:
+    import threading
+
+    def run() -> None:
+        step = -(-len(items) // rounds)
+        for i in range(0, len(items), step):
+            produce(cluster, topic, items[i : i + step])
+            time.sleep(pause_s)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_exactly_once_survives_repeated_worker_kills(
+    shared_cluster: Any, make_topic: Any, wait_until: Any, chaos: Any
+) -> None:
+    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    items = clicks(1_500, keys=5, seed=3)
+    app = windowed_count_app(
+        shared_cluster, source, sink, num_workers=2, processing_guarantee="exactly_once"
+    )
+    app.start()
+    try:
+        producing = produce_in_rounds(shared_cluster, source, items, rounds=6, pause_s=1.0)
+        workers = app._runner.workers
+        for round_ in range(3):
+            worker = workers[round_ % len(workers)]
+            wait_until(
+                lambda w=worker: chaos.actor_info(w)["State"] == "ALIVE", 120, "worker alive"
+            )
+            wait_until(
+                lambda: any(s and s["processed_records_total"] for s in app.status()),
+                120,
+                "processing under way",
+            )
+            chaos.kill_actor(worker, f"streams worker {round_ % len(workers)}")
+            time.sleep(1.0)
+        chaos.verify(min_faults=3, timeout_s=120)
+        producing.join(120)
+        topics = [source, *app.topology.repartition_topics]
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 180, "no lag")
+        expected = batch_counts(items)
+        records = wait_until(
+            lambda: (
+                (r := read_records(shared_cluster, sink, "read_committed"))
+                and final_counts(r) == expected
+                and r
+            ),
+            60,
+            "the batch answer under read_committed",
+        )
+        assert_each_count_once(records, expected)
+    finally:
+        app.stop()
+
+
+@pytest.mark.slow
+def test_scaling_one_three_one_moves_tasks_with_their_state(
+    shared_cluster: Any, make_topic: Any, wait_until: Any
+) -> None:
+    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    items = clicks(1_200, keys=6, seed=4)
+    app = windowed_count_app(shared_cluster, source, sink, num_workers=1)
+    app.start()
+    topics = [source, *app.topology.repartition_topics]
+    try:
+        thirds = [items[:400], items[400:800], items[800:]]
+        produce(shared_cluster, source, thirds[0])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        app.scale(3)
+        wait_until(
+            lambda: all(s and s["state"] == "RUNNING" and s["tasks"] for s in app.status()),
+            120,
+            "three workers with tasks",
+        )
+        # The tasks that moved rebuilt their window stores from the changelog.
+        assert sum(s["restored_records_total"] for s in app.status()[1:]) > 0
+        produce(shared_cluster, source, thirds[1])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        app.scale(1)
+        wait_until(
+            lambda: [len(s["tasks"]) for s in app.status() if s] == [6], 120, "all tasks back"
+        )
+        produce(shared_cluster, source, thirds[2])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        expected = batch_counts(items)
+        records = wait_until(
+            lambda: (r := read_records(shared_cluster, sink)) and final_counts(r) == expected and r,
+            60,
+            "the batch answer",
+        )
+        assert_each_count_once(records, expected)
+    finally:
+        app.stop()
