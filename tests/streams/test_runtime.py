@@ -271,17 +271,23 @@ def test_exactly_once_survives_repeated_worker_kills(
             time.sleep(1.0)
         chaos.verify(min_faults=3, timeout_s=120)
         producing.join(120)
-        topics = [source, *app.topology.repartition_topics]
-        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 180, "no lag")
         expected = batch_counts(items)
+        # (Input lag never reaches 0 under exactly-once: a transaction's commit marker
+        # sits after its last record, so the answer itself is what to wait for.)
         records = wait_until(
             lambda: (
                 (r := read_records(shared_cluster, sink, "read_committed"))
                 and final_counts(r) == expected
                 and r
             ),
-            60,
+            240,
             "the batch answer under read_committed",
+            interval_s=1.0,
+            detail=lambda: [
+                (s["state"], s["tasks"], s["aborts_total"], (s["error"] or "")[-300:])
+                for s in app.status()
+                if s
+            ],
         )
         assert_each_count_once(records, expected)
     finally:
