@@ -25,7 +25,7 @@ from typing import Any
 
 import ray
 
-from raystream.errors import ProducerFencedError, RaystreamError, StreamsError
+from raystream.errors import RaystreamError, StreamsError
 from raystream.streams.runtime import ERROR, StreamsWorker, wall_clock_ms
 
 logger = logging.getLogger(__name__)
@@ -63,9 +63,13 @@ class StreamsWorkerShell:
         producer_options: dict[str, Any] = {"linger_ms": 5}
         if exactly_once:
             producer_options["transactional_id"] = f"{app.application_id}-{slot}"
-        producer = cluster.producer(**producer_options)
-        if exactly_once:
-            producer.init_transactions()  # fences this slot's previous incarnation
+
+        def new_producer() -> Any:
+            producer = cluster.producer(**producer_options)
+            if exactly_once:
+                producer.init_transactions()  # fences this slot's previous incarnation
+            return producer
+
         consumer = cluster.consumer(
             group_id=app.application_id,
             enable_auto_commit=False,
@@ -92,13 +96,12 @@ class StreamsWorkerShell:
             app.processing_guarantee,
             app.commit_interval_ms,
             consumer,
-            producer,
+            new_producer,
             restore_consumer,
             state_dir_of(cluster.data_dir, app.application_id, slot),
             wall_clock_ms,
         )
         self._consumer = consumer
-        self._producer = producer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raystream-streams", daemon=True)
         self._thread.start()
@@ -111,7 +114,7 @@ class StreamsWorkerShell:
             while not self._stop.is_set():
                 try:
                     worker.run_once()
-                except (StreamsError, ProducerFencedError):
+                except StreamsError:
                     raise
                 except RaystreamError as error:  # transient: the loop goes on
                     logger.warning("streams worker %d: %s", self.slot, error)
@@ -128,7 +131,7 @@ class StreamsWorkerShell:
                 logger.warning("streams worker %d: close failed: %s", self.slot, error)
             worker.fail_queries(StreamsError(f"streams worker {self.slot} stopped"))
             self._consumer.close(autocommit=False)
-            self._producer.close()
+            worker.producer.close()
 
     def status(self) -> dict[str, Any]:
         """The worker's status (see ``StreamsWorker.status``), its slot and pid."""

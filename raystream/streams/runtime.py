@@ -100,8 +100,8 @@ class StreamsWorker:
         commit_interval_ms: How often to commit.
         consumer: A Consumer of group ``application_id`` with auto-commit off, the
             ``stream`` assignor, and read_committed under exactly-once.
-        producer: A Producer; transactional (``init_transactions`` done) under
-            exactly-once.
+        producer: Makes the Producer (called now, and again after the producer was
+            fenced); transactional, ``init_transactions`` done, under exactly-once.
         restore_consumer: Makes a Consumer without a group (read_committed under
             exactly-once) for reading changelogs.
         state_dir: This worker's directory for task stores (one sub-directory per task).
@@ -115,7 +115,7 @@ class StreamsWorker:
         processing_guarantee: str,
         commit_interval_ms: int,
         consumer: Any,
-        producer: Any,
+        producer: Callable[[], Any],
         restore_consumer: Callable[[], Any],
         state_dir: str | os.PathLike[str],
         clock_ms: Callable[[], int],
@@ -126,7 +126,8 @@ class StreamsWorker:
         self.processing_guarantee = processing_guarantee
         self.commit_interval_ms = commit_interval_ms
         self.consumer = consumer
-        self.producer = producer
+        self._new_producer = producer
+        self.producer = producer()
         self._restore_consumer = restore_consumer
         self.state_dir = Path(state_dir)
         self.clock_ms = clock_ms
@@ -180,15 +181,13 @@ class StreamsWorker:
                 records = batches.get(task_id)
                 result = task.process(records, now_ms) if records else task.punctuate(now_ms)
                 self._apply(result)
-        except CommitFailedError:
-            raise
-        except (StreamsError, ProducerFencedError):
+        except StreamsError:
             raise
         except RaystreamError as error:
             if not self.exactly_once:
                 raise
             logger.warning("worker %s: transaction failed, aborting: %s", self, error)
-            self._abort_and_reset()
+            self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
             return 0
         self.processed_records_total += count
         if count:
@@ -241,11 +240,9 @@ class StreamsWorker:
                             offsets, self.consumer.group_metadata()
                         )
                     self.producer.commit_transaction()
-                except ProducerFencedError:
-                    raise
                 except RaystreamError as error:
                     logger.warning("worker %s: commit failed, aborting: %s", self, error)
-                    self._abort_and_reset()
+                    self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
                     return
                 self._in_transaction = False
         else:
@@ -270,17 +267,28 @@ class StreamsWorker:
             self._changelog_next[tp] = future.get().offset + 1
         self._changelog_futures.clear()
 
-    def _abort_and_reset(self) -> None:
+    def _abort_and_reset(self, fenced: bool = False) -> None:
         """Abort the open transaction, close every task dirty, reopen them from their
-        changelogs and go back to the committed offsets."""
+        changelogs and go back to the committed offsets.
+
+        A fenced producer (the coordinator aborted a transaction that outlived its
+        timeout, or this worker's id was taken over) cannot abort: a new one is made,
+        whose ``init_transactions`` aborts what the old one left open (Kafka Streams
+        treats this as TaskMigrated: tasks closed dirty, then rejoined).
+        """
         self.aborts_total += 1
-        if self._in_transaction:
+        if self._in_transaction and not fenced:
             try:
                 self.producer.abort_transaction()
-            except ProducerFencedError:
-                raise
             except RaystreamError as error:
-                logger.warning("worker %s: abort failed: %s", self, error)
+                logger.warning("worker %s: abort failed, new producer: %s", self, error)
+                fenced = True
+        if fenced:
+            try:
+                self.producer.close(timeout=5)
+            except RaystreamError as error:
+                logger.info("worker %s: closing the fenced producer: %s", self, error)
+            self.producer = self._new_producer()
         self._in_transaction = False
         self._pending_offsets.clear()
         self._changelog_futures.clear()
