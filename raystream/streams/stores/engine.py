@@ -30,6 +30,9 @@ range scan             see report   see report
   is 11 MB. RocksDB wins on disk space (LSM, compression) and on sustained write-heavy
   load on large data; a task's store is small and written in batches at each commit.
 
+Limit (LMDB's): an encoded key, with the 8 to 16 bytes a window or session store adds,
+is at most 511 bytes; a longer one is refused with a clear error.
+
 Thread rule (LMDB's): the write transaction belongs to the thread that opened it, so a
 store is written from one thread (the task's). Reads from another thread see the state
 of the last flush.
@@ -38,7 +41,6 @@ of the last flush.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -75,8 +77,6 @@ class Engine(Protocol):
 
     def flush(self) -> None:
         """Make every write so far durable, atomically."""
-
-    def close(self) -> None: ...
 
 
 class Backend(Protocol):
@@ -141,9 +141,6 @@ class MemoryEngine:
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
-        pass
-
 
 class MemoryBackend:
     """Engines in memory: lost with the process, rebuilt from the changelog."""
@@ -169,6 +166,10 @@ class MemoryBackend:
         pass
 
 
+_OPEN_PATHS: set[str] = set()
+_OPEN_LOCK = threading.Lock()
+
+
 class LmdbBackend:
     """Engines in one LMDB environment (a directory): each engine a named database.
 
@@ -186,15 +187,27 @@ class LmdbBackend:
     def __init__(self, directory: str | os.PathLike[str], map_size_bytes: int = 1 << 36) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._env = lmdb.Environment(
-            str(self.directory),
-            map_size=map_size_bytes,
-            max_dbs=4096,
-            sync=False,  # flush() fsyncs once per commit instead of once per transaction
-            metasync=False,
-            readahead=False,
-            lock=True,
-        )
+        self._path = str(self.directory.resolve())
+        with _OPEN_LOCK:
+            # LMDB forbids opening one environment twice in a process (its locks are
+            # per process): a second open would corrupt it, so refuse it here.
+            if self._path in _OPEN_PATHS:
+                raise IllegalStateError(f"store directory {self._path} is already open")
+            _OPEN_PATHS.add(self._path)
+        try:
+            self._env = lmdb.Environment(
+                str(self.directory),
+                map_size=map_size_bytes,
+                max_dbs=4096,
+                sync=False,  # flush() fsyncs once per commit, not once per transaction
+                metasync=False,
+                readahead=False,
+                lock=True,
+            )
+        except lmdb.Error:
+            with _OPEN_LOCK:
+                _OPEN_PATHS.discard(self._path)
+            raise
         self._lock = threading.RLock()
         self._txn: lmdb.Transaction | None = None
         self._owner: int | None = None
@@ -276,11 +289,8 @@ class LmdbBackend:
                 self.flush()
                 self._closed = True
                 self._env.close()
-
-    def destroy(self) -> None:
-        """Close and delete the whole environment (used to wipe a store)."""
-        self.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+                with _OPEN_LOCK:
+                    _OPEN_PATHS.discard(self._path)
 
 
 class LmdbEngine:
@@ -307,7 +317,10 @@ class LmdbEngine:
             else:
                 txn.put(key, value, db=self._db)
         except lmdb.BadValsizeError as e:
-            raise InvalidRequestError(f"store key of {len(key)} bytes is too long: {e}") from e
+            raise InvalidRequestError(
+                f"a key of {len(key)} encoded bytes is longer than the on-disk store's limit "
+                f"of {_MAX_KEY_BYTES} (LMDB's); use the in-memory store or shorter keys"
+            ) from e
 
     def write(self, batch: Iterable[tuple[bytes, bytes | None]]) -> None:
         for key, value in batch:
@@ -320,6 +333,8 @@ class LmdbEngine:
         # a caller may write between items, and no cursor may outlive its transaction.
         after: bytes | None = None
         while True:
+            if self._backend._engines.get(self.name) is not self:
+                return  # dropped (an expired segment) while the caller iterated
             txn, own = self._backend._read_txn()
             try:
                 chunk = _scan(txn.cursor(db=self._db), lo, hi, reverse, after)
@@ -342,11 +357,9 @@ class LmdbEngine:
     def flush(self) -> None:
         self._backend.flush()
 
-    def close(self) -> None:
-        self._backend.flush()
-
 
 _CHUNK = 1024
+_MAX_KEY_BYTES = 511  # LMDB's compiled-in maximum key size
 
 
 def _scan(

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from raystream.errors import IllegalStateError, InvalidRequestError
 from raystream.streams.serde import BYTES, encode_key
-from raystream.streams.stores import KeyValueStore, MemoryBackend, read_only
+from raystream.streams.stores import (
+    KeyValueStore,
+    LmdbBackend,
+    MemoryBackend,
+    Store,
+    read_only,
+)
 
 
 def test_get_put_delete_and_none_deletes(backend):
@@ -34,6 +40,15 @@ def test_all_and_range_are_inclusive_and_in_key_order(backend):
     assert [k for k, _ in store.range(None, 0)] == [-100, -3, 0]
     assert [k for k, _ in store.range(7, None)] == [7, 12, 1 << 70]
     assert [k for k, _ in store.reverse_range(-3, 7)] == [7, 5, 0, -3]
+
+
+def test_scans_longer_than_a_read_chunk_in_both_directions(backend):
+    store = KeyValueStore("big", backend)
+    store.put_all((i, i) for i in range(2500))
+    assert [k for k, _ in store.all()] == list(range(2500))
+    assert [k for k, _ in store.reverse_range()] == list(range(2499, -1, -1))
+    assert [k for k, _ in store.reverse_range(100, 2200)] == list(range(2200, 99, -1))
+    assert [k for k, _ in store.range(100, 2200)] == list(range(100, 2201))
 
 
 def test_tuple_keys_range_over_a_prefix(backend):
@@ -124,11 +139,25 @@ def test_read_only_view_answers_lists(backend):
     assert not hasattr(view, "put")
 
 
+def test_an_lmdb_directory_is_opened_once_per_process_and_long_keys_are_refused(tmp_path):
+    backend = LmdbBackend(tmp_path / "s")
+    with pytest.raises(IllegalStateError, match="already open"):
+        LmdbBackend(tmp_path / "s")
+    store = KeyValueStore("s", backend)
+    with pytest.raises(InvalidRequestError, match="longer than the on-disk store's limit"):
+        store.put("x" * 600, 1)
+    assert store.get("x" * 600) is None
+    store.close()
+    KeyValueStore("s", LmdbBackend(tmp_path / "s")).close()  # closed, so it opens again
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(InvalidRequestError, match="non-empty name"):
         KeyValueStore("", MemoryBackend())
     with pytest.raises(InvalidRequestError, match="type set"):
         KeyValueStore("x", MemoryBackend()).put({1}, 1)
+    with pytest.raises(InvalidRequestError, match="no read-only view for a Store"):
+        read_only(Store("x", MemoryBackend()))
 
 
 # --- model test: the store against a dict, on both backends ---
@@ -170,8 +199,9 @@ def test_random_operations_match_a_dict_model(backend_factory, ops):
         elif op == "range":
             lo, hi = sorted([encode_key(a), encode_key(b)])
             want = [model[k] for k in sorted(model) if lo <= k <= hi]
-            got = list(store.range(*(sorted([a, b], key=encode_key))))
-            assert got == want
+            bounds = sorted([a, b], key=encode_key)
+            assert list(store.range(*bounds)) == want
+            assert list(store.reverse_range(*bounds)) == want[::-1]
         else:
             store.flush()
     assert list(store.all()) == [model[k] for k in sorted(model)]

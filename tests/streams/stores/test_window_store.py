@@ -74,6 +74,19 @@ def _segments(backend) -> list[str]:
     return sorted(n for n in backend.names() if n.startswith("segment-"))
 
 
+def test_a_segment_expiring_while_a_fetch_iterates_ends_that_segment_cleanly(backend):
+    store = make(backend, retention_ms=10, size_ms=1, interval_ms=5000)
+    for i in range(3000):  # one segment, more entries than one read chunk
+        store.put(i, i, 0)
+    seen = 0
+    for _ in store.fetch_all(0, 0):
+        seen += 1
+        if seen == 10:
+            store.put("later", 1, 20_000)  # expires segment 0 under the iterator
+    assert 10 <= seen <= 3000
+    assert list(store.all()) == [(Windowed("later", 20_000, 20_001), 1)]
+
+
 def test_retain_duplicates_keeps_every_put_and_ignores_none(backend):
     store = make(backend, retain_duplicates=True)
     store.put("k", "x", MIN)
