@@ -78,6 +78,7 @@ POLL_TIMEOUT_MS = 50
 MAX_POLL_RECORDS = 2_000
 RESTORE_POLL_MS = 200
 QUERY_TIMEOUT_S = 30.0
+LAG_INTERVAL_MS = 1_000
 
 # Worker states (the app's state is derived from them, see KafkaStreams.State).
 STARTING = "STARTING"
@@ -149,6 +150,8 @@ class StreamsWorker:
         self._closed = False  # after close() the listener ignores the consumer's close
         self._dirty = False  # produced or processed since the last commit
         self._last_commit_ms = clock_ms()
+        self._next_lag_ms = 0
+        self._lags: dict[TaskId, int] = {}
         self._queries: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._lock = threading.Lock()
 
@@ -192,9 +195,27 @@ class StreamsWorker:
         self.processed_records_total += count
         if count:
             self._dirty = True
+        if now_ms >= self._next_lag_ms:
+            self._next_lag_ms = now_ms + LAG_INTERVAL_MS
+            self._measure_lag()
         if now_ms - self._last_commit_ms >= self.commit_interval_ms:
             self.commit()
         return count
+
+    def _measure_lag(self) -> None:
+        """Each task's lag: records of its input partitions not processed yet."""
+        lags: dict[TaskId, int] = {}
+        for task_id, task in self.tasks.items():
+            lag = 0
+            for tp in task.input_partitions():
+                try:
+                    highwater = self.consumer.highwater(tp)
+                    if highwater is not None:
+                        lag += max(highwater - self.consumer.position(tp), 0)
+                except RaystreamError:  # not assigned (any more): no lag to report
+                    continue
+            lags[task_id] = lag
+        self._lags = lags
 
     def _apply(self, result: TaskResult) -> None:
         """Produce a task's outputs and store changes; remember its offsets."""
@@ -496,6 +517,14 @@ class StreamsWorker:
             "restored_records_total": self.restored_records_total,
             "commits_total": self.commits_total,
             "aborts_total": self.aborts_total,
+            "task_metrics": {
+                str(task_id): {
+                    "processed_records_total": task.processed_records_total,
+                    "lag": self._lags.get(task_id),
+                    "stream_time_ms": task.stream_time_ms,
+                }
+                for task_id, task in list(self.tasks.items())
+            },
             "dropped_records_total": sum(
                 sum(t.dropped_records.values()) for t in list(self.tasks.values())
             ),

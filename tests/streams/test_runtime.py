@@ -6,6 +6,7 @@ computed from the same input records."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import time
 from collections import Counter
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 import raystream as rs
+from raystream.cli import main
 from raystream.errors import StreamsError, TopologyError
 from raystream.streams import TumblingWindows
 from raystream.types import TopicPartition
@@ -136,7 +138,7 @@ def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
 
 
 def test_a_stream_table_join_enriches_every_order_with_its_customer(
-    shared_cluster: Any, make_topic: Any, wait_until: Any
+    shared_cluster: Any, make_topic: Any, wait_until: Any, capsys: Any
 ) -> None:
     customers, orders, sink = make_topic(partitions=2), make_topic(partitions=2), make_topic()
     app = rs.streams.App(shared_cluster, app_id("join"), commit_interval_ms=50)
@@ -173,6 +175,15 @@ def test_a_stream_table_join_enriches_every_order_with_its_customer(
             60,
             "every order with a known customer joined once",
         )
+        # The CLI finds the running app through its named worker actors.
+        namespace = ["--namespace", shared_cluster.namespace]
+        capsys.readouterr()
+        assert main([*namespace, "streams", "list", "--output", "json"]) == 0
+        assert json.loads(capsys.readouterr().out)[app.application_id] == 1
+        assert main([*namespace, "streams", "describe", app.application_id]) == 0
+        out = capsys.readouterr().out
+        assert "RUNNING" in out and "Sub-topology: 0" in out and "0_1" in out
+        assert main([*namespace, "streams", "describe", "nobody"]) == 1
     finally:
         app.stop()
 
