@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raystream.cli import manage, records
+from raystream.cli import streams as cli_streams
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
 EXIT_ERROR = 1
@@ -164,6 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
     _output_option(reset)
+
+    streams = commands.add_parser("streams", help="streams applications").add_subparsers(
+        dest="action", required=True
+    )
+    _output_option(streams.add_parser("list", help="running streams applications"))
+    streams_describe = streams.add_parser("describe", help="an application's workers and topology")
+    streams_describe.add_argument("app")
+    _output_option(streams_describe)
 
     election = commands.add_parser(
         "leader-election", help="give partitions back to their preferred leader"
@@ -377,6 +386,7 @@ _COMMANDS = {
     "produce": records.produce,
     "consume": records.consume,
     "groups": manage.groups,
+    "streams": cli_streams.streams,
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
 }

@@ -65,8 +65,7 @@ class LineFormat:
                 name, sep, value = item.partition(self.headers_key_separator)
                 if not sep or not name:
                     raise InvalidRecordError(
-                        f"header {item!r} is not of the form "
-                        f"key{self.headers_key_separator}value"
+                        f"header {item!r} is not of the form key{self.headers_key_separator}value"
                     )
                 headers.append((name, value.encode()))
         if self.key_separator is None:

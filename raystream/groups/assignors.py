@@ -10,6 +10,9 @@ reads. Four of Kafka's strategies, with Kafka's semantics and names:
   members already own as balance allows (eager protocol).
 * ``cooperative-sticky`` (:class:`CooperativeStickyAssignor`): the same target as
   ``sticky``, reached by KIP-429's incremental cooperative rebalancing.
+* ``stream`` (:class:`StreamAssignor`): partition ``p`` of every subscribed topic to
+  one member, sticky and cooperative: what streams tasks need (Kafka Streams'
+  ``StreamsPartitionAssignor`` likewise hands out tasks, not partitions).
 
 Eager and cooperative protocols differ in what a member does with the partitions it
 owns. Under the *eager* protocol every member revokes everything before it rejoins,
@@ -59,6 +62,7 @@ __all__ = [
     "RangeAssignor",
     "RoundRobinAssignor",
     "StickyAssignor",
+    "StreamAssignor",
     "added_partitions",
     "choose_protocol",
     "format_assignment",
@@ -328,9 +332,110 @@ class CooperativeStickyAssignor:
         return target
 
 
+class StreamAssignor:
+    """Streams tasks' assignor: partition ``p`` of every subscribed topic to one member.
+
+    A streams task reads partition ``p`` of each source topic of its sub-topology (both
+    sides of a join, a table and the stream joined with it), so those partitions must
+    go to one member; the sticky assignors may split them. This assignor hands out
+    *units*, one per partition number (partition ``p`` of every subscribed topic that
+    has it), which co-locates every task that could need them.
+
+    Balanced: every member gets ``units // members`` or one more. Sticky: a member
+    keeps the units it owns (a unit is owned through any of its partitions) as far as
+    balance allows, so a task's stores rarely move. Cooperative (KIP-429): a unit
+    another member still claims is held back until that member revokes it, so no
+    partition is read by two members at once; the follow-up rebalance places it.
+
+    Example:
+        C0 owns every partition of two topics with 2 partitions each when C1 joins:
+        C0 keeps unit 0 and revokes unit 1, which C1 gets in the follow-up rebalance.
+
+        >>> a = StreamAssignor()
+        >>> owned = tuple(TopicPartition(t, p) for t in ("a", "b") for p in (0, 1))
+        >>> c0 = MemberSubscription("C0", {"a", "b"}, owned, generation=1)
+        >>> c1 = MemberSubscription("C1", {"a", "b"})
+        >>> print(format_assignment(a.assign({"a": 2, "b": 2}, [c0, c1])))
+        C0: a-0 b-0
+        C1: (none)
+        >>> c0 = MemberSubscription("C0", {"a", "b"}, owned[::2], generation=2)
+        >>> print(format_assignment(a.assign({"a": 2, "b": 2}, [c0, c1])))
+        C0: a-0 b-0
+        C1: a-1 b-1
+    """
+
+    name: ClassVar[str] = "stream"
+    protocol: ClassVar[str] = COOPERATIVE
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], members: Sequence[MemberSubscription]
+    ) -> Assignment:
+        """See :class:`Assignor`."""
+        ordered = _ordered_members(partitions_per_topic, members)
+        if not ordered:
+            return {}
+        topics = _subscribed_topics(partitions_per_topic, ordered)
+        units = max((partitions_per_topic[t] for t in topics), default=0)
+        base, extra = divmod(units, len(ordered))
+        valid = _valid_claims(set(_subscribed_partitions(partitions_per_topic, ordered)), ordered)
+        claimants: dict[int, set[str]] = {}
+        for tp, owner in valid.items():
+            claimants.setdefault(tp.partition, set()).add(owner)
+        units_of: dict[str, list[int]] = {m.member_id: [] for m in ordered}
+        taken: set[int] = set()
+        # Keep: each member its owned units (lowest first) up to base + 1; only `extra`
+        # members may stay at base + 1, the first in member order.
+        big = 0
+        for m in ordered:
+            mine = sorted(u for u, who in claimants.items() if m.member_id in who)
+            limit = base + 1 if big < extra else base
+            kept = [u for u in mine if claimants[u] == {m.member_id}][:limit]
+            if len(kept) == base + 1:
+                big += 1
+            units_of[m.member_id] = kept
+            taken.update(kept)
+        # Place: free units to the lightest members (ties: member order), held back while
+        # another member still claims them (it revokes them first).
+        for unit in range(units):
+            if unit in taken:
+                continue
+            for m in sorted(ordered, key=lambda m: len(units_of[m.member_id])):
+                load = len(units_of[m.member_id])
+                if load > base or (load == base and big >= extra):
+                    continue
+                taken.add(unit)
+                if not claimants.get(unit, set()) - {m.member_id}:
+                    big += load == base
+                    units_of[m.member_id].append(unit)
+                break
+        by_id = {m.member_id: m for m in ordered}
+        result: Assignment = {member_id: [] for member_id in units_of}
+        owner_of_unit = {u: member_id for member_id, mine in units_of.items() for u in mine}
+        for topic in topics:
+            for u in range(partitions_per_topic[topic]):
+                tp = TopicPartition(topic, u)
+                owner = owner_of_unit.get(u)
+                if owner is not None and topic in by_id[owner].topics:
+                    result[owner].append(tp)
+                elif u not in claimants or u in owner_of_unit:
+                    # Members with other subscriptions (never a streams app's): the
+                    # partition goes to the lightest subscriber unless someone owns it.
+                    subscribers = [m for m in ordered if topic in m.topics]
+                    target = min(subscribers, key=lambda m: len(result[m.member_id]))
+                    if valid.get(tp, target.member_id) == target.member_id:
+                        result[target.member_id].append(tp)
+        return _sorted(result)
+
+
 ASSIGNORS: dict[str, Assignor] = {
     a.name: a
-    for a in (RangeAssignor(), RoundRobinAssignor(), StickyAssignor(), CooperativeStickyAssignor())
+    for a in (
+        RangeAssignor(),
+        RoundRobinAssignor(),
+        StickyAssignor(),
+        CooperativeStickyAssignor(),
+        StreamAssignor(),
+    )
 }
 """Every strategy by its name, in Kafka's spelling."""
 

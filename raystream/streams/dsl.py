@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from raystream.errors import InvalidConfigError, TopologyError
+from raystream.errors import InvalidConfigError, StreamsError, TopologyError
 from raystream.streams.topology import Node, StoreSpec, SubTopology, Topology
 from raystream.streams.windows import (
     HoppingWindows,
@@ -102,6 +102,7 @@ class App:
         self.num_standby_replicas = num_standby_replicas
         self.auto_offset_reset = auto_offset_reset
         self.topology = Topology(application_id)
+        self._runner: Any = None
 
     def stream(
         self,
@@ -205,6 +206,63 @@ class App:
     def describe(self) -> str:
         """The topology as Kafka Streams' ``Topology.describe()`` prints it."""
         return self.topology.describe()
+
+    # Running (raystream.streams.runner; needs Ray) ------------------------------------
+
+    def start(self) -> None:
+        """Create the internal topics, check co-partitioning and start the workers.
+
+        Raises:
+            TopologyError: a source topic is missing or co-partitioning is broken.
+        """
+        from raystream.streams.runner import AppRunner
+
+        if self._runner is None:
+            self._runner = AppRunner(self)
+        self._runner.start()
+
+    def stop(self) -> None:
+        """Stop the workers: each commits, closes its tasks and leaves the group."""
+        if self._runner is not None:
+            self._runner.stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the app stops or fails; True if it stopped, False on timeout.
+
+        Raises:
+            StreamsError: a worker failed (a user function raised), with its error.
+        """
+        if self._runner is None:
+            raise StreamsError("wait: the application was not started")
+        return self._runner.wait(timeout)
+
+    @property
+    def state(self) -> str:
+        """CREATED, REBALANCING, RUNNING, ERROR or NOT_RUNNING (``KafkaStreams.State``)."""
+        return "CREATED" if self._runner is None else self._runner.state
+
+    def scale(self, num_workers: int) -> None:
+        """Add or remove workers; the group rebalances, nothing is lost or duplicated
+        beyond what the processing guarantee allows."""
+        if self._runner is None:
+            raise StreamsError("scale: the application was not started")
+        self._runner.scale(num_workers)
+
+    def store(self, name: str) -> Any:
+        """Interactive queries of store ``name``: ``.get(key)``, ``.all()``,
+        ``.range(lo, hi)``, and ``.fetch(key, from_ms, to_ms)`` on window stores."""
+        if self._runner is None:
+            raise StreamsError("store: the application was not started")
+        return self._runner.store(name)
+
+    def status(self) -> list[dict[str, Any] | None]:
+        """Each worker's status: state, tasks, records processed and restored, commits."""
+        return [] if self._runner is None else self._runner.statuses()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_runner"] = None  # the workers get the topology, not the driver's handles
+        return state
 
 
 class _Handle:

@@ -62,3 +62,10 @@ def test_consumer_group_actors_count_every_click_once(tmp_path: Path) -> None:
     per_user = [line for line in out.splitlines() if line.startswith("user-")]
     assert sorted(per_user) == [f"user-{i}: 1250 clicks" for i in range(8)]
     assert "10000 clicks counted, 10000 in topic 'clicks'" in out
+
+
+@pytest.mark.slow
+def test_streams_revenue_matches_the_batch_answer(tmp_path: Path) -> None:
+    out = run_example("streams_revenue.py", tmp_path)
+    assert "revenue of 2000 orders matches the batch answer: NOT_RUNNING" in out
+    assert len([line for line in out.splitlines() if line.startswith("minute ")]) >= 3

@@ -23,6 +23,7 @@ from raystream.groups.assignors import (
     RangeAssignor,
     RoundRobinAssignor,
     StickyAssignor,
+    StreamAssignor,
     added_partitions,
     choose_protocol,
     format_assignment,
@@ -532,6 +533,41 @@ def test_new_members_get_partitions_only_after_the_owners_revoke_them(
     assert cooperative.assign(topics, rejoin(members, second, 4)) == second
 
 
+@PROPERTY
+@given(group=groups(identical=True), joiners=st.integers(0, 3), leavers=st.integers(0, 2))
+def test_stream_assignor_keeps_partition_p_of_every_topic_together(
+    group: Group, joiners: int, leavers: int
+) -> None:
+    topics = group.partitions_per_topic
+    stream = StreamAssignor()
+
+    def settle(members: list[MemberSubscription], generation: int) -> Assignment:
+        # Rebalance until nothing is held back; each round no partition is given to a
+        # member while another still owns it.
+        for round_ in range(3):
+            assignment = stream.assign(topics, members)
+            claimed = owners(members)
+            for m in members:
+                for tp in added_partitions(m.owned, assignment[m.member_id]):
+                    assert claimed.get(tp, set()) <= {m.member_id}, f"{tp} given while owned"
+            members = rejoin(members, assignment, generation + round_)
+            if check_valid(assignment, topics, members, complete=False) == set():
+                return assignment
+        raise AssertionError("did not settle in three rounds")
+
+    first = settle(list(group.members), 2)
+    members = rejoin(group.members, first, 5)
+    members = members[: max(len(members) - leavers, 1)]
+    members += [MemberSubscription(f"joiner{i}", members[0].topics) for i in range(joiners)]
+    final = settle(members, 6)
+    holder: dict[int, str] = {}
+    for member_id, partitions in final.items():
+        for tp in partitions:  # partition p of every topic is on one member
+            assert holder.setdefault(tp.partition, member_id) == member_id
+    units = [len({tp.partition for tp in ps}) for ps in final.values()]
+    assert max(units) - min(units) <= 1
+
+
 def test_revoked_and_added_partitions() -> None:
     owned, assigned = tps("t0-2", "t0-0", "t1-0"), tps("t1-1", "t0-0")
     assert revoked_partitions(owned, assigned) == tps("t0-2", "t1-0")
@@ -548,6 +584,7 @@ def test_assignors_are_registered_under_kafkas_names_and_protocols() -> None:
         "roundrobin": EAGER,
         "sticky": EAGER,
         "cooperative-sticky": COOPERATIVE,
+        "stream": COOPERATIVE,
     }
     assert all(get_assignor(name) is a and a.name == name for name, a in ASSIGNORS.items())
 

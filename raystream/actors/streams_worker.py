@@ -1,0 +1,165 @@
+"""A streams worker as a Ray actor: a thin shell around the runtime's StreamsWorker.
+
+``app.start()`` starts ``num_workers`` of these, named
+``streams:<application_id>:<slot>`` in the cluster's namespace (how the CLI finds the
+applications of a cluster). Each builds its clients (a group consumer with the
+``stream`` assignor; a producer, transactional under exactly-once with the id
+``<application_id>-<slot>``, stable across Ray restarts so a restarted worker fences its
+zombie) and runs the worker's loop on a thread of its own, so that ``status``,
+``query`` and ``stop`` answer while it polls.
+
+A user function that raises (``StreamsError``) stops the loop for good: nothing of the
+batch is committed, the tasks are closed (dirty), the consumer leaves the group, and
+``status()`` reports state ERROR with the error, which the app surfaces. Other errors
+(a broker restarting, a refused commit) are logged and the loop goes on. Ray restarts a
+crashed worker (``max_restarts``): it rejoins the group and restores its tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import traceback
+from typing import Any
+
+import ray
+
+from raystream.errors import ProducerFencedError, RaystreamError, StreamsError
+from raystream.streams.runtime import ERROR, StreamsWorker, wall_clock_ms
+
+logger = logging.getLogger(__name__)
+
+ACTOR_PREFIX = "streams:"
+RETRY_BACKOFF_S = 0.5
+
+
+def worker_name(application_id: str, slot: int) -> str:
+    """The Ray actor name of worker ``slot`` of ``application_id``."""
+    return f"{ACTOR_PREFIX}{application_id}:{slot}"
+
+
+def state_dir_of(data_dir: str, application_id: str, slot: int) -> str:
+    """Where worker ``slot`` keeps its task stores: beside the cluster's data dir (Kafka
+    Streams' ``state.dir``), one directory per application and worker."""
+    root = os.path.join(os.path.dirname(os.path.abspath(data_dir)), "streams")
+    return os.path.join(root, application_id, f"worker-{slot}")
+
+
+class StreamsWorkerShell:
+    """Builds the worker's clients and runs its loop on a thread.
+
+    Args:
+        app: The ``rs.streams.App`` (its topology and settings; cloudpickled by Ray).
+        slot: The worker's index; names its transactional id and state directory.
+    """
+
+    def __init__(self, app: Any, slot: int) -> None:
+        self.app = app
+        self.slot = slot
+        cluster = app.cluster
+        exactly_once = app.processing_guarantee == "exactly_once"
+        isolation = "read_committed" if exactly_once else "read_uncommitted"
+        producer_options: dict[str, Any] = {"linger_ms": 5}
+        if exactly_once:
+            producer_options["transactional_id"] = f"{app.application_id}-{slot}"
+        producer = cluster.producer(**producer_options)
+        if exactly_once:
+            producer.init_transactions()  # fences this slot's previous incarnation
+        consumer = cluster.consumer(
+            group_id=app.application_id,
+            enable_auto_commit=False,
+            auto_offset_reset=app.auto_offset_reset,
+            isolation_level=isolation,
+            partition_assignment_strategy="stream",
+            max_poll_records=2_000,
+            fetch_max_wait_ms=50,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=1_000,
+        )
+
+        def restore_consumer() -> Any:
+            return cluster.consumer(
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                isolation_level=isolation,
+                fetch_max_wait_ms=50,
+            )
+
+        self.worker = StreamsWorker(
+            app.application_id,
+            app.subtopologies(),
+            app.processing_guarantee,
+            app.commit_interval_ms,
+            consumer,
+            producer,
+            restore_consumer,
+            state_dir_of(cluster.data_dir, app.application_id, slot),
+            wall_clock_ms,
+        )
+        self._consumer = consumer
+        self._producer = producer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raystream-streams", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        worker = self.worker
+        clean = True
+        try:
+            worker.start()
+            while not self._stop.is_set():
+                try:
+                    worker.run_once()
+                except (StreamsError, ProducerFencedError):
+                    raise
+                except RaystreamError as error:  # transient: the loop goes on
+                    logger.warning("streams worker %d: %s", self.slot, error)
+                    self._stop.wait(RETRY_BACKOFF_S)
+        except Exception as error:
+            clean = False
+            worker.error = "".join(traceback.format_exception(error, limit=4))
+            worker.state = ERROR
+            logger.error("streams worker %d failed: %s", self.slot, worker.error)
+        finally:
+            try:
+                worker.close(clean=clean)
+            except Exception as error:
+                logger.warning("streams worker %d: close failed: %s", self.slot, error)
+            worker.fail_queries(StreamsError(f"streams worker {self.slot} stopped"))
+            self._consumer.close(autocommit=False)
+            self._producer.close()
+
+    def status(self) -> dict[str, Any]:
+        """The worker's status (see ``StreamsWorker.status``), its slot and pid."""
+        status = self.worker.status()
+        status.update(slot=self.slot, pid=os.getpid(), alive=self._thread.is_alive())
+        return status
+
+    def describe(self) -> dict[str, Any]:
+        """What the CLI prints: the application's id, settings and topology."""
+        app = self.app
+        return {
+            "application_id": app.application_id,
+            "processing_guarantee": app.processing_guarantee,
+            "num_workers": app.num_workers,
+            "topology": app.describe(),
+        }
+
+    def query(
+        self, store: str, method: str, args: tuple[Any, ...], partition: int | None = None
+    ) -> Any:
+        """An interactive query (see ``StreamsWorker.query``)."""
+        if not self._thread.is_alive():
+            raise StreamsError(f"streams worker {self.slot} is not running")
+        return self.worker.query(store, method, args, partition)
+
+    def stop(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Commit, close the tasks, leave the group; returns the final status."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        return self.status()
+
+
+StreamsWorkerActor = ray.remote(max_concurrency=8)(StreamsWorkerShell)
+"""The worker as a Ray actor class (threaded: status and queries answer while it polls)."""

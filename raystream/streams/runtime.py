@@ -1,0 +1,502 @@
+"""The streams runtime of one worker: tasks, the poll-process-produce-commit loop (no Ray).
+
+A worker (Kafka Streams' ``StreamThread``) is one member of the consumer group named by
+the application id, subscribed to every source topic of the application (user topics
+and repartition topics), with the ``stream`` assignor so that partition ``p`` of every
+topic comes to one worker (a task reads partition ``p`` of each source topic of its
+sub-topology). It owns a :class:`~raystream.streams.task.Task` per assigned
+``(sub-topology, partition)`` and loops:
+
+1. poll a batch of records (each partition's records in offset order);
+2. give each task its partitions' records (``Task.process``), and run the wall-clock
+   punctuators of the others;
+3. produce what the tasks emitted (outputs, then store changes to the changelog
+   partitions ``<application_id>-<store>-changelog``, partition = the task's);
+4. every ``commit_interval_ms``, commit:
+
+   - ``at_least_once``: flush the producer (every output and changelog record is
+     acknowledged), then commit the input offsets, then flush the stores and write
+     each task's checkpoint (the changelog offset its on-disk stores cover). A crash
+     anywhere re-processes from the last committed offsets: duplicates, never loss.
+   - ``exactly_once``: the records since the last commit are one transaction of the
+     worker's transactional producer; the commit adds the input offsets
+     (``send_offsets_to_transaction`` with the consumer's group metadata, so a
+     consumer that a rebalance left behind cannot commit) and commits it. Stores are
+     flushed after; their checkpoint is written only when a task closes cleanly (while
+     a task runs the checkpoint is absent, so after a crash its stores are wiped and
+     rebuilt from the changelog, whose aborted writes read_committed never shows).
+
+Rebalances run inside ``poll`` (the listener is this object): revoked partitions are
+committed first, then their tasks closed cleanly (stores flushed, checkpoint written);
+assigned ones get new tasks whose stores are restored from their changelogs up to the
+end before the task processes anything (from the checkpoint's offset when the stores
+are clean, from 0 after a wipe); lost partitions (the group moved them without asking)
+close their tasks dirty. A failed or refused exactly-once commit aborts the
+transaction, closes every task dirty and reopens them from the changelog, with the
+consumer sent back to the committed offsets: the batch is processed again and
+committed once.
+
+Interactive queries are served on the loop's thread between polls (the stores belong
+to it), through :meth:`StreamsWorker.query`, which another thread may call.
+
+Everything the loop touches comes in as arguments: the consumer, the producer, a
+factory of restore consumers, the clock. :mod:`raystream.actors.streams_worker` wires
+them on a Ray actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from raystream.errors import (
+    CommitFailedError,
+    ProducerFencedError,
+    RaystreamError,
+    StreamsError,
+)
+from raystream.streams.stores import (
+    must_wipe_on_open,
+    read_checkpoint,
+    read_only,
+    write_checkpoint,
+)
+from raystream.streams.task import Task, TaskId, TaskResult, open_task_stores
+from raystream.streams.topology import SubTopology
+from raystream.types import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+POLL_TIMEOUT_MS = 50
+MAX_POLL_RECORDS = 2_000
+RESTORE_POLL_MS = 200
+QUERY_TIMEOUT_S = 30.0
+
+# Worker states (the app's state is derived from them, see KafkaStreams.State).
+STARTING = "STARTING"
+REBALANCING = "REBALANCING"
+RUNNING = "RUNNING"
+ERROR = "ERROR"
+STOPPED = "STOPPED"
+
+
+class StreamsWorker:
+    """Runs the application's tasks for the partitions the group gives this worker.
+
+    Not thread-safe, except :meth:`query` and :meth:`status`: one thread calls
+    :meth:`start` then :meth:`run_once` in a loop, then :meth:`close`.
+
+    Args:
+        application_id: The group id and the prefix of the internal topics.
+        subtopologies: The application's built topology.
+        processing_guarantee: "at_least_once" or "exactly_once".
+        commit_interval_ms: How often to commit.
+        consumer: A Consumer of group ``application_id`` with auto-commit off, the
+            ``stream`` assignor, and read_committed under exactly-once.
+        producer: A Producer; transactional (``init_transactions`` done) under
+            exactly-once.
+        restore_consumer: Makes a Consumer without a group (read_committed under
+            exactly-once) for reading changelogs.
+        state_dir: This worker's directory for task stores (one sub-directory per task).
+        clock_ms: Wall-clock milliseconds (for wall-clock punctuation and commits).
+    """
+
+    def __init__(
+        self,
+        application_id: str,
+        subtopologies: list[SubTopology],
+        processing_guarantee: str,
+        commit_interval_ms: int,
+        consumer: Any,
+        producer: Any,
+        restore_consumer: Callable[[], Any],
+        state_dir: str | os.PathLike[str],
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self.application_id = application_id
+        self.subtopologies = {sub.id: sub for sub in subtopologies}
+        self.exactly_once = processing_guarantee == "exactly_once"
+        self.processing_guarantee = processing_guarantee
+        self.commit_interval_ms = commit_interval_ms
+        self.consumer = consumer
+        self.producer = producer
+        self._restore_consumer = restore_consumer
+        self.state_dir = Path(state_dir)
+        self.clock_ms = clock_ms
+        self.readers: dict[str, list[int]] = {}
+        for sub in subtopologies:
+            for topic in sub.source_topics:
+                self.readers.setdefault(topic, []).append(sub.id)
+        self.tasks: dict[TaskId, Task] = {}
+        self.state = STARTING
+        self.error: str | None = None
+        self.processed_records_total = 0
+        self.restored_records_total = 0
+        self.commits_total = 0
+        self.aborts_total = 0
+        self._pending_offsets: dict[TopicPartition, int] = {}
+        self._changelog_futures: dict[TopicPartition, Any] = {}
+        self._changelog_next: dict[TopicPartition, int] = {}
+        self._in_transaction = False
+        self._closed = False  # after close() the listener ignores the consumer's close
+        self._dirty = False  # produced or processed since the last commit
+        self._last_commit_ms = clock_ms()
+        self._queries: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the loop
+
+    def start(self) -> None:
+        """Subscribe to every source topic; tasks come with the first rebalance."""
+        self.consumer.subscribe(sorted(self.readers), listener=self)
+
+    def run_once(self) -> int:
+        """One poll-process-produce (and, when due, commit) round; returns the number of
+        records processed.
+
+        Raises:
+            StreamsError: a user function failed (nothing of the batch is committed).
+            ProducerFencedError: a newer worker with this worker's transactional id runs.
+        """
+        self._serve_queries()
+        polled = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS, max_records=MAX_POLL_RECORDS)
+        now_ms = self.clock_ms()
+        self._update_state()
+        batches: dict[TaskId, list[Any]] = {}
+        count = 0
+        for tp, records in polled.items():
+            count += len(records)
+            for sub_id in self.readers.get(tp.topic, ()):
+                batches.setdefault(TaskId(sub_id, tp.partition), []).extend(records)
+        try:
+            for task_id, task in list(self.tasks.items()):
+                records = batches.get(task_id)
+                result = task.process(records, now_ms) if records else task.punctuate(now_ms)
+                self._apply(result)
+        except CommitFailedError:
+            raise
+        except (StreamsError, ProducerFencedError):
+            raise
+        except RaystreamError as error:
+            if not self.exactly_once:
+                raise
+            logger.warning("worker %s: transaction failed, aborting: %s", self, error)
+            self._abort_and_reset()
+            return 0
+        self.processed_records_total += count
+        if count:
+            self._dirty = True
+        if now_ms - self._last_commit_ms >= self.commit_interval_ms:
+            self.commit()
+        return count
+
+    def _apply(self, result: TaskResult) -> None:
+        """Produce a task's outputs and store changes; remember its offsets."""
+        if not (result.outputs or result.changelog or result.offsets):
+            return
+        if self.exactly_once and not self._in_transaction:
+            self.producer.begin_transaction()
+            self._in_transaction = True
+        send = self.producer.send
+        for out in result.outputs:
+            send(
+                out.topic,
+                out.value,
+                out.key,
+                headers=list(out.headers) or None,
+                timestamp_ms=out.timestamp,
+            )
+        for tp, changes in result.changelog.items():
+            future = None
+            for key, value in changes:
+                future = send(tp.topic, value, key, partition=tp.partition)
+            if future is not None:
+                self._changelog_futures[tp] = future
+        self._pending_offsets.update(result.offsets)
+        self._dirty = True
+
+    def commit(self) -> None:
+        """Commit what was processed: flush then commit offsets (at_least_once), or the
+        open transaction with the offsets in it (exactly_once); then flush the stores.
+
+        A refused exactly-once commit (a rebalance fenced this generation) aborts the
+        transaction and resets the tasks (see the module docstring).
+        """
+        self._last_commit_ms = self.clock_ms()
+        if not self._dirty:
+            return
+        offsets = dict(self._pending_offsets)
+        if self.exactly_once:
+            if self._in_transaction:
+                try:
+                    if offsets:
+                        self.producer.send_offsets_to_transaction(
+                            offsets, self.consumer.group_metadata()
+                        )
+                    self.producer.commit_transaction()
+                except ProducerFencedError:
+                    raise
+                except RaystreamError as error:
+                    logger.warning("worker %s: commit failed, aborting: %s", self, error)
+                    self._abort_and_reset()
+                    return
+                self._in_transaction = False
+        else:
+            self.producer.flush()
+            if offsets:
+                try:
+                    self.consumer.commit(offsets)
+                except CommitFailedError as error:  # a rebalance: the next owner re-reads
+                    logger.info("worker %s: offset commit refused: %s", self, error)
+        self._take_changelog_offsets()
+        for task in self.tasks.values():
+            for store in task.stores.values():
+                store.flush()
+            if not self.exactly_once:
+                self._write_checkpoint(task)
+        self._pending_offsets.clear()
+        self._dirty = False
+        self.commits_total += 1
+
+    def _take_changelog_offsets(self) -> None:
+        for tp, future in self._changelog_futures.items():
+            self._changelog_next[tp] = future.get().offset + 1
+        self._changelog_futures.clear()
+
+    def _abort_and_reset(self) -> None:
+        """Abort the open transaction, close every task dirty, reopen them from their
+        changelogs and go back to the committed offsets."""
+        self.aborts_total += 1
+        if self._in_transaction:
+            try:
+                self.producer.abort_transaction()
+            except ProducerFencedError:
+                raise
+            except RaystreamError as error:
+                logger.warning("worker %s: abort failed: %s", self, error)
+        self._in_transaction = False
+        self._pending_offsets.clear()
+        self._changelog_futures.clear()
+        self._dirty = False
+        task_ids = list(self.tasks)
+        for task_id in task_ids:
+            self._close_task(task_id, clean=False)
+        for task_id in task_ids:
+            self._open_task(task_id)
+        assigned = self.consumer.assignment()
+        for tp in assigned:
+            committed = self.consumer.committed(tp)
+            if committed is None:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, committed)
+
+    # ------------------------------------------------- the rebalance listener
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        """Commit everything, then close the revoked partitions' tasks cleanly."""
+        if self._closed:
+            return
+        self.state = REBALANCING
+        gone = self._task_ids_of(partitions)
+        if not gone:
+            return
+        self.commit()  # a refused commit resets the tasks to the changelog: still clean
+        for task_id in gone:
+            if task_id in self.tasks:
+                self._close_task(task_id, clean=True)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        """Close the lost partitions' tasks dirty: the group may have moved them."""
+        if self._closed:
+            return
+        self.state = REBALANCING
+        gone = self._task_ids_of(partitions)
+        if self.exactly_once and self._in_transaction and gone:
+            self._abort_and_reset()
+        for task_id in gone:
+            if task_id in self.tasks:
+                self._close_task(task_id, clean=False)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        """Create (and restore) the tasks of newly assigned partitions."""
+        if self._closed:
+            return
+        self.state = REBALANCING
+        for task_id in self._task_ids_of(partitions):
+            if task_id not in self.tasks:
+                self._open_task(task_id)
+
+    def _task_ids_of(self, partitions: Iterable[TopicPartition]) -> list[TaskId]:
+        return sorted(
+            {
+                TaskId(sub_id, tp.partition)
+                for tp in partitions
+                for sub_id in self.readers.get(tp.topic, ())
+            }
+        )
+
+    # ------------------------------------------------------------------ tasks
+
+    def task_dir(self, task_id: TaskId) -> Path:
+        return self.state_dir / str(task_id)
+
+    def _open_task(self, task_id: TaskId) -> None:
+        """Open the task's stores, wipe them if the guarantee demands it, restore them
+        from their changelogs up to the end, then create the task."""
+        sub = self.subtopologies[task_id.subtopology]
+        task_dir = self.task_dir(task_id)
+        checkpoint = read_checkpoint(task_dir)
+        stores = open_task_stores(sub, task_dir)
+        task = Task(task_id, sub, stores, self.application_id)
+        starts: dict[str, int] = {}
+        for name, store in stores.items():
+            clean = name in checkpoint and store.persistent
+            if must_wipe_on_open(self.processing_guarantee, clean):
+                store.wipe()
+                starts[name] = 0
+            else:
+                starts[name] = checkpoint.get(name, 0) if store.persistent else 0
+        if self.exactly_once and stores:
+            write_checkpoint(task_dir, {})  # dirty while it runs (see the module doc)
+        changelogs = task.changelog_partitions()
+        for name, store in stores.items():
+            tp = changelogs[name]
+            end = self._restore(store, tp, starts[name])
+            self._changelog_next[tp] = end
+            store.flush()
+        self.tasks[task_id] = task
+
+    def _restore(self, store: Any, tp: TopicPartition, start: int) -> int:
+        """Replay changelog ``tp`` from ``start`` to its end into ``store``; returns the end."""
+        consumer = self._restore_consumer()
+        try:
+            consumer.assign([tp])
+            end = consumer.end_offsets([tp])[tp]
+            if start >= end:
+                return end
+            consumer.seek(tp, start)
+            while consumer.position(tp) < end:
+                table = consumer.poll_arrow(timeout_ms=RESTORE_POLL_MS)
+                if not table.num_rows:
+                    continue
+                keys = table.column("key").to_pylist()
+                values = table.column("value").to_pylist()
+                store.restore(zip(keys, values, strict=True))
+                self.restored_records_total += len(keys)
+            return end
+        finally:
+            consumer.close(autocommit=False)
+
+    def _close_task(self, task_id: TaskId, clean: bool) -> None:
+        task = self.tasks.pop(task_id)
+        if clean:
+            for store in task.stores.values():
+                store.flush()
+            self._write_checkpoint(task)
+        task.close()
+
+    def _write_checkpoint(self, task: Task) -> None:
+        offsets = {
+            name: self._changelog_next[tp]
+            for name, tp in task.changelog_partitions().items()
+            if tp in self._changelog_next and task.stores[name].persistent
+        }
+        if offsets:
+            write_checkpoint(self.task_dir(task.task_id), offsets)
+
+    def close(self, clean: bool = True) -> None:
+        """Commit (when ``clean``) and close every task; the consumer leaves the group."""
+        try:
+            if clean:
+                self.commit()
+            elif self.exactly_once and self._in_transaction:
+                try:
+                    self.producer.abort_transaction()
+                except RaystreamError as error:
+                    logger.info("worker %s: abort at close failed: %s", self, error)
+        finally:
+            committed = clean and not (self.exactly_once and self._in_transaction)
+            for task_id in list(self.tasks):
+                self._close_task(task_id, clean=committed)
+            self._closed = True
+            if self.state != ERROR:
+                self.state = STOPPED
+
+    def _update_state(self) -> None:
+        if self.state in (ERROR, STOPPED):
+            return
+        group = getattr(self.consumer, "_group", None)
+        rebalancing = group is None or group.rebalancing or group.generation < 0
+        self.state = REBALANCING if rebalancing else RUNNING
+
+    # ------------------------------------------------------- interactive queries
+
+    def query(self, store: str, method: str, args: tuple[Any, ...], partition: int | None) -> Any:
+        """Call ``method(*args)`` on the read-only view of ``store`` in each of this
+        worker's tasks holding it (only the task of ``partition`` if given), on the loop
+        thread; returns ``[(task id as str, answer), ...]``."""
+        future: Future = Future()
+
+        def run() -> Any:
+            answers = []
+            for task_id, task in sorted(self.tasks.items()):
+                if store in task.stores and partition in (None, task_id.partition):
+                    answers.append(
+                        (str(task_id), getattr(read_only(task.stores[store]), method)(*args))
+                    )
+            return answers
+
+        self._queries.put((run, future))
+        return future.result(QUERY_TIMEOUT_S)
+
+    def _serve_queries(self) -> None:
+        while True:
+            try:
+                run, future = self._queries.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                future.set_result(run())
+            except Exception as error:
+                future.set_exception(error)
+
+    def fail_queries(self, error: Exception) -> None:
+        """Answer the queries still waiting with ``error`` (the loop stopped)."""
+        while True:
+            try:
+                _, future = self._queries.get_nowait()
+            except queue.Empty:
+                return
+            future.set_exception(error)
+
+    def status(self) -> dict[str, Any]:
+        """State, error, tasks, assignment and counters (read from any thread)."""
+        return {
+            "state": self.state,
+            "error": self.error,
+            "tasks": sorted(str(t) for t in list(self.tasks)),
+            "task_ids": sorted(list(self.tasks)),
+            "processed_records_total": self.processed_records_total,
+            "restored_records_total": self.restored_records_total,
+            "commits_total": self.commits_total,
+            "aborts_total": self.aborts_total,
+            "dropped_records_total": sum(
+                sum(t.dropped_records.values()) for t in list(self.tasks.values())
+            ),
+        }
+
+    def __repr__(self) -> str:
+        return f"StreamsWorker({self.application_id!r}, {len(self.tasks)} tasks)"
+
+
+def wall_clock_ms() -> int:
+    """The wall clock in ms, for :class:`StreamsWorker`'s ``clock_ms``."""
+    return time.time_ns() // 1_000_000

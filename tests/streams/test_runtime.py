@@ -1,0 +1,328 @@
+"""Streams applications on a real Ray: worker actors in the application's consumer group,
+internal topics, stores restored from changelogs, interactive queries, errors surfaced,
+exactly-once under worker kills, scaling. Each result is checked against the batch answer
+computed from the same input records."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+import raystream as rs
+from raystream.errors import StreamsError, TopologyError
+from raystream.streams import TumblingWindows
+from raystream.types import TopicPartition
+
+_apps = itertools.count()
+WINDOW_MS = 1_000
+
+
+def app_id(name: str) -> str:
+    return f"{name}-{time.monotonic_ns() % 10**9}-{next(_apps)}"
+
+
+def read_records(
+    cluster: Any, topic: str, isolation: str = "read_uncommitted"
+) -> list[tuple[Any, Any]]:
+    """Every (key, value) of ``topic`` readable at ``isolation``, partition by partition."""
+    n = cluster.partitions_for(topic)
+    tps = [TopicPartition(topic, p) for p in range(n)]
+    out: list[tuple[Any, Any]] = []
+    with cluster.consumer(
+        auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation
+    ) as consumer:
+        consumer.assign(tps)
+        end = consumer.end_offsets(tps)
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            assert time.monotonic() < deadline
+            for records in consumer.poll(timeout_ms=200).values():
+                out += [(r.key, r.value) for r in records]
+    return out
+
+
+def lag(cluster: Any, group: str, topics: list[str]) -> int:
+    """Input records the application has not committed yet."""
+    try:
+        committed = cluster.admin().describe_group(group).offsets
+    except rs.errors.GroupIdNotFoundError:
+        committed = {}
+    tps = [TopicPartition(t, p) for t in topics for p in range(cluster.partitions_for(t))]
+    with cluster.consumer(enable_auto_commit=False) as consumer:
+        ends = consumer.end_offsets(tps)
+    return sum(ends[tp] - committed.get(tp, 0) for tp in tps)
+
+
+def produce(cluster: Any, topic: str, items: list[tuple[bytes, bytes, int]]) -> None:
+    with cluster.producer(linger_ms=1) as producer:
+        for key, value, ts in items:
+            producer.send(topic, value, key, timestamp_ms=ts)
+
+
+def clicks(n: int, keys: int, seed: int) -> list[tuple[bytes, bytes, int]]:
+    """``n`` records over ``keys`` keys, timestamps spread over 6 windows and shuffled
+    (out of order, all within the grace)."""
+    rng = random.Random(seed)
+    items = [
+        (f"k{rng.randrange(keys)}".encode(), b"x", rng.randrange(6 * WINDOW_MS)) for _ in range(n)
+    ]
+    rng.shuffle(items)
+    return items
+
+
+def batch_counts(items: list[tuple[bytes, bytes, int]]) -> Counter[str]:
+    return Counter(f"{k.decode()}@{ts // WINDOW_MS * WINDOW_MS}" for k, _, ts in items)
+
+
+def windowed_count_app(cluster: Any, source: str, sink: str, **options: Any) -> rs.streams.App:
+    """Count per key per tumbling window, through a repartition topic (group_by)."""
+    app = rs.streams.App(cluster, app_id("count"), commit_interval_ms=50, **options)
+    (
+        app.stream(source)
+        .group_by(lambda k, v: k.decode())
+        .window(TumblingWindows(WINDOW_MS, grace_ms=60_000))
+        .count(name="counts")
+        .to_stream()
+        .to(
+            sink,
+            key_serializer=lambda w: f"{w.key}@{w.start_ms}".encode(),
+            value_serializer=lambda v: str(v).encode(),
+        )
+    )
+    return app
+
+
+def final_counts(records: list[tuple[Any, Any]]) -> dict[str, int]:
+    """The last count of each (key, window): the table the update stream describes."""
+    return {k.decode(): int(v) for k, v in records}
+
+
+def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
+    shared_cluster: Any, make_topic: Any, wait_until: Any
+) -> None:
+    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    items = clicks(600, keys=7, seed=1)
+    produce(shared_cluster, source, items)
+    app = windowed_count_app(shared_cluster, source, sink, num_workers=2)
+    app.start()
+    try:
+        internal = [app.application_id + "-" + s for s in ("counts-changelog",)]
+        assert all(t in shared_cluster.admin().list_topics() for t in internal)
+        assert app.state in ("REBALANCING", "RUNNING")
+        topics = [source, *app.topology.repartition_topics]
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 60, "no lag")
+        expected = batch_counts(items)
+        wait_until(
+            lambda: final_counts(read_records(shared_cluster, sink)) == expected,
+            30,
+            "the batch answer in the output topic",
+        )
+        wait_until(lambda: app.state == "RUNNING", 30, "RUNNING")
+        # Interactive queries: the window store of every task, and one key's windows.
+        store = app.store("counts")
+        assert {f"{w.key}@{w.start_ms}": c for w, c in store.all()} == expected
+        fetched = store.fetch("k3", 0, 6 * WINDOW_MS)
+        assert {f"k3@{start}": c for start, c in fetched} == {
+            k: c for k, c in expected.items() if k.startswith("k3@")
+        }
+    finally:
+        app.stop()
+    assert app.state == "NOT_RUNNING"
+
+
+def test_a_stream_table_join_enriches_every_order_with_its_customer(
+    shared_cluster: Any, make_topic: Any, wait_until: Any
+) -> None:
+    customers, orders, sink = make_topic(partitions=2), make_topic(partitions=2), make_topic()
+    app = rs.streams.App(shared_cluster, app_id("join"), commit_interval_ms=50)
+    table = app.table(customers, name="customers")
+    app.stream(orders).join(table, lambda order, customer: order + b"@" + customer).to(sink)
+    app.start()
+    try:
+        produce(
+            shared_cluster,
+            customers,
+            [(f"c{i}".encode(), f"city{i}".encode(), 0) for i in range(10)],
+        )
+        store = app.store("customers")
+        wait_until(lambda: len(store.all()) == 10, 60, "the customers table loaded")
+        assert store.get(b"c4") == b"city4" and store.get(b"nobody") is None
+        assert store.range(b"c1", b"c3") == [
+            (b"c1", b"city1"),
+            (b"c2", b"city2"),
+            (b"c3", b"city3"),
+        ]
+        rng = random.Random(2)
+        placed = [
+            (f"c{rng.randrange(12)}".encode(), f"o{i}".encode(), 10 + rng.randrange(100))
+            for i in range(200)
+        ]
+        produce(shared_cluster, orders, placed)
+        expected = Counter(
+            (c, o + b"@" + f"city{c.decode()[1:]}".encode())
+            for c, o, _ in placed
+            if int(c[1:]) < 10
+        )
+        wait_until(
+            lambda: Counter(read_records(shared_cluster, sink)) == expected,
+            60,
+            "every order with a known customer joined once",
+        )
+    finally:
+        app.stop()
+
+
+def test_start_checks_co_partitioning_and_missing_topics(
+    shared_cluster: Any, make_topic: Any
+) -> None:
+    left, right = make_topic(partitions=2), make_topic(partitions=3)
+    app = rs.streams.App(shared_cluster, app_id("copart"))
+    app.stream(left).join(app.table(right), lambda a, b: a).to(left)
+    with pytest.raises(TopologyError, match=r"co-partitioned.*\{.*2.*3"):
+        app.start()
+    missing = rs.streams.App(shared_cluster, app_id("missing"))
+    missing.stream("no-such-topic").to(left)
+    with pytest.raises(TopologyError, match=r"no-such-topic.*does not exist"):
+        missing.start()
+
+
+def test_a_user_function_that_raises_puts_the_app_in_error(
+    shared_cluster: Any, make_topic: Any, wait_until: Any
+) -> None:
+    source, sink = make_topic(), make_topic()
+
+    def explode(value: bytes) -> bytes:
+        if value == b"bad":
+            raise ValueError("cannot handle bad")
+        return value
+
+    app = rs.streams.App(shared_cluster, app_id("boom"), commit_interval_ms=50)
+    app.stream(source).map_values(explode).to(sink)
+    app.start()
+    try:
+        produce(shared_cluster, source, [(b"k", b"good", 1), (b"k", b"bad", 2)])
+        with pytest.raises(StreamsError, match="cannot handle bad"):
+            app.wait(timeout=60)
+        assert app.state == "ERROR"
+    finally:
+        app.stop()
+    assert app.state == "NOT_RUNNING"
+
+
+def per_window_updates(records: list[tuple[Any, Any]]) -> dict[str, list[int]]:
+    """Each (key, window)'s count updates, in the order they were written."""
+    updates: dict[str, list[int]] = {}
+    for k, v in records:
+        updates.setdefault(k.decode(), []).append(int(v))
+    return updates
+
+
+def assert_each_count_once(records: list[tuple[Any, Any]], expected: Counter[str]) -> None:
+    """Every record counted once: each (key, window) got the updates 1..n, no repeats."""
+    updates = per_window_updates(records)
+    assert set(updates) == set(expected)
+    wrong = {k: u for k, u in updates.items() if sorted(u) != list(range(1, expected[k] + 1))}
+    assert not wrong, f"duplicated or lost updates: {dict(itertools.islice(wrong.items(), 3))}"
+
+
+def produce_in_rounds(cluster: Any, topic: str, items: list, rounds: int, pause_s: float) -> Any:
+    import threading
+
+    def run() -> None:
+        step = -(-len(items) // rounds)
+        for i in range(0, len(items), step):
+            produce(cluster, topic, items[i : i + step])
+            time.sleep(pause_s)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_exactly_once_survives_repeated_worker_kills(
+    shared_cluster: Any, make_topic: Any, wait_until: Any, chaos: Any
+) -> None:
+    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    items = clicks(1_500, keys=5, seed=3)
+    app = windowed_count_app(
+        shared_cluster, source, sink, num_workers=2, processing_guarantee="exactly_once"
+    )
+    app.start()
+    try:
+        producing = produce_in_rounds(shared_cluster, source, items, rounds=6, pause_s=1.0)
+        workers = app._runner.workers
+        for round_ in range(3):
+            worker = workers[round_ % len(workers)]
+            wait_until(
+                lambda w=worker: chaos.actor_info(w)["State"] == "ALIVE", 120, "worker alive"
+            )
+            wait_until(
+                lambda: any(s and s["processed_records_total"] for s in app.status()),
+                120,
+                "processing under way",
+            )
+            chaos.kill_actor(worker, f"streams worker {round_ % len(workers)}")
+            time.sleep(1.0)
+        chaos.verify(min_faults=3, timeout_s=120)
+        producing.join(120)
+        topics = [source, *app.topology.repartition_topics]
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 180, "no lag")
+        expected = batch_counts(items)
+        records = wait_until(
+            lambda: (
+                (r := read_records(shared_cluster, sink, "read_committed"))
+                and final_counts(r) == expected
+                and r
+            ),
+            60,
+            "the batch answer under read_committed",
+        )
+        assert_each_count_once(records, expected)
+    finally:
+        app.stop()
+
+
+@pytest.mark.slow
+def test_scaling_one_three_one_moves_tasks_with_their_state(
+    shared_cluster: Any, make_topic: Any, wait_until: Any
+) -> None:
+    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    items = clicks(1_200, keys=6, seed=4)
+    app = windowed_count_app(shared_cluster, source, sink, num_workers=1)
+    app.start()
+    topics = [source, *app.topology.repartition_topics]
+    try:
+        thirds = [items[:400], items[400:800], items[800:]]
+        produce(shared_cluster, source, thirds[0])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        app.scale(3)
+        wait_until(
+            lambda: all(s and s["state"] == "RUNNING" and s["tasks"] for s in app.status()),
+            120,
+            "three workers with tasks",
+        )
+        # The tasks that moved rebuilt their window stores from the changelog.
+        assert sum(s["restored_records_total"] for s in app.status()[1:]) > 0
+        produce(shared_cluster, source, thirds[1])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        app.scale(1)
+        wait_until(
+            lambda: [len(s["tasks"]) for s in app.status() if s] == [6], 120, "all tasks back"
+        )
+        produce(shared_cluster, source, thirds[2])
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 120, "no lag")
+        expected = batch_counts(items)
+        records = wait_until(
+            lambda: (r := read_records(shared_cluster, sink)) and final_counts(r) == expected and r,
+            60,
+            "the batch answer",
+        )
+        assert_each_count_once(records, expected)
+    finally:
+        app.stop()
