@@ -364,7 +364,9 @@ def _write_result(tmp: str, first: float, last: float) -> None:
     partial.rename(path)
 
 
-def quix_main(job: str, bootstrap: str, events: str, table: str, out: str, n: int, tmp: str) -> None:
+def quix_main(
+    job: str, bootstrap: str, events: str, table: str, out: str, n: int, tmp: str
+) -> None:
     """Subprocess: the job in Quix Streams (at-least-once, its default)."""
     from quixstreams import Application
     from quixstreams.dataframe.windows import Count, Sum
@@ -397,13 +399,17 @@ def quix_main(job: str, bootstrap: str, events: str, table: str, out: str, n: in
         tb = app.topic(table, key_deserializer="bytes", value_deserializer="str")
         left = app.dataframe(ev).update(first)
         right = app.dataframe(tb)
-        sdf = left.join_asof(right, how="inner", on_merge=lambda lv, rv: rv.encode() + b"|" + lv[:6])
+        sdf = left.join_asof(
+            right, how="inner", on_merge=lambda lv, rv: rv.encode() + b"|" + lv[:6]
+        )
         sdf.to_topic(app.topic(out, key_serializer="bytes", value_serializer="bytes"))
     app.run(count=n, collect=False)
     _write_result(tmp, stamps["first"], time.perf_counter())
 
 
-def faust_main(job: str, bootstrap: str, events: str, table: str, out: str, n: int, tmp: str) -> None:
+def faust_main(
+    job: str, bootstrap: str, events: str, table: str, out: str, n: int, tmp: str
+) -> None:
     """Subprocess: the job in Faust (at-least-once, its default)."""
     import asyncio
     from datetime import timedelta
@@ -453,7 +459,9 @@ def faust_main(job: str, bootstrap: str, events: str, table: str, out: str, n: i
                 await out_topic.send(key=key, value=body)
                 state["seen"] += 1
                 if state["seen"] % 2000 == 0 and os.environ.get("BENCH_DEBUG"):
-                    print("progress", state["seen"], time.perf_counter() - state["first"], flush=True)
+                    print(
+                        "progress", state["seen"], time.perf_counter() - state["first"], flush=True
+                    )
                 if state["seen"] == n:
                     await finish()
 
@@ -485,26 +493,303 @@ def faust_main(job: str, bootstrap: str, events: str, table: str, out: str, n: i
     worker.execute_from_commandline()
 
 
+# --------------------------------------------------------------------------- raystream
+
+
+def rs_load(cluster, work: Workload, events: str, table: str) -> None:
+    """The same table topic and events on the raystream cluster (send_batch)."""
+    import pyarrow as pa
+
+    with cluster.producer() as producer:
+        for k in range(work.keys):
+            producer.send(table, work.category(k), work.key(k), timestamp_ms=work.t0_ms - 1000)
+    keys = np.array([work.key(k) for k in range(work.keys)], dtype=object)
+    step = 500_000
+    producer = cluster.producer()
+    try:
+        for lo in range(0, work.events, step):
+            hi = min(lo + step, work.events)
+            values = [b"%06d" % a + PAD for a in work.amount[lo:hi].tolist()]
+            batch = pa.table(
+                {
+                    "key": pa.array(keys[work.key_idx[lo:hi]].tolist(), pa.binary()),
+                    "value": pa.array(values, pa.binary()),
+                    "timestamp": pa.array(work.ts[lo:hi], pa.int64()),
+                }
+            )
+            producer.send_batch(events, batch, partition=0)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def _window_json(w, agg) -> tuple[bytes, bytes]:
+    return w.key, b'{"start":%d,"count":%d,"total":%d}' % (w.start_ms, agg[0], agg[1])
+
+
+def _combine(table):
+    """map_batches' combiner: the batch's count and sum per (key, window), one row per
+    pair, stamped with the pair's latest event time and in event-time order (so the
+    downstream window never sees a pair after a later window's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    amount = pc.cast(pc.cast(pc.binary_slice(table["value"], 0, 6), pa.string()), pa.int64())
+    ts = table["timestamp"].to_numpy()
+    parts = pa.table(
+        {
+            "key": table["key"],
+            "win": pa.array(ts // WINDOW_MS),
+            "amount": amount,
+            "timestamp": table["timestamp"],
+        }
+    )
+    grouped = parts.group_by(["key", "win"]).aggregate(
+        [("amount", "count"), ("amount", "sum"), ("timestamp", "max")]
+    )
+    out = pa.table(
+        {
+            "key": grouped["key"],
+            "timestamp": grouped["timestamp_max"],
+            "count": grouped["amount_count"],
+            "total": grouped["amount_sum"],
+        }
+    )
+    return out.sort_by("timestamp")
+
+
+def rs_app(cluster, job: str, variant: str, guarantee: str, events: str, table: str, out: str):
+    """The job as a raystream streams application (not started)."""
+    import raystream as rs
+    from raystream.streams import TumblingWindows
+
+    app_id = f"rs-{job}-{variant}-{guarantee.replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    app = rs.streams.App(cluster, app_id, processing_guarantee=guarantee)
+    stream = app.stream(events)
+    if job == "join":
+        categories = app.table(table, name="categories")
+        stream.join(categories, lambda value, category: category + b"|" + value[:6]).to(out)
+        return app
+    if variant == "record":
+        grouped = stream.group_by_key().window(TumblingWindows(WINDOW_MS))
+        agg = grouped.aggregate(
+            lambda: (0, 0), lambda key, value, a: (a[0] + 1, a[1] + int(value[:6])), name="agg"
+        )
+    else:
+        grouped = stream.map_batches(_combine).group_by_key().window(TumblingWindows(WINDOW_MS))
+        agg = grouped.aggregate(
+            lambda: (0, 0),
+            lambda key, value, a: (a[0] + value["count"], a[1] + value["total"]),
+            name="agg",
+        )
+    agg.to_stream().map(_window_json).to(out)
+    return app
+
+
+def rs_run(cluster, work: Workload, job: str, variant: str, guarantee: str) -> Figure:
+    """Run one job on the cluster until every event is committed; check the output."""
+    from raystream.types import TopicPartition
+
+    tag = uuid.uuid4().hex[:6]
+    events, table, out = f"ev-{tag}", f"tb-{tag}", f"out-{tag}"
+    admin = cluster.admin()
+    for topic in (events, table, out):
+        admin.create_topic(topic, partitions=1)
+    rs_load(cluster, work, events, table)
+    app = rs_app(cluster, job, variant, guarantee, events, table, out)
+    group = app.application_id
+    deadline = time.monotonic() + 120 + work.events / 2000
+    started = time.perf_counter()
+    app.start()
+    try:
+        first = None
+        while first is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"raystream {job}: nothing processed")
+            if any(s and s["processed_records_total"] for s in app.status()):
+                first = time.perf_counter()
+            else:
+                time.sleep(0.05)
+        ev = TopicPartition(events, 0)
+        probe = cluster.consumer(isolation_level="read_committed")
+        d = None
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"raystream {job} {variant} {guarantee}: not done in time; group "
+                    f"offsets {d and d.offsets}, lag {d and d.lag}; workers {app.status()}"
+                )
+            if app.state == "ERROR":
+                app.wait(0)  # raises with the workers' errors
+            try:
+                d = admin.describe_group(group)
+            except Exception:
+                d = None
+            if d is not None and d.offsets.get(ev) == work.events and _drained(probe, d):
+                last = time.perf_counter()
+                break
+            time.sleep(0.05)
+    finally:
+        app.stop()
+        with contextlib.suppress(NameError):
+            probe.close()
+    who = f"raystream {job} {variant} {guarantee}"
+    records = rs_read(cluster, out)
+    if job == "window":
+        check_windows(work, windows_from_json(records), who)
+    else:
+        got, bad = join_from_outputs(work, records)
+        check_join(work, got, bad, who)
+    for topic in (events, table, out):
+        with contextlib.suppress(Exception):
+            admin.delete_topic(topic)
+    note = f"startup {first - started:.1f} s"
+    return Figure(f"raystream {variant} {guarantee}", job, work.events / (last - first), note)
+
+
+def _drained(probe, group) -> bool:
+    """Whether the group has committed past every record of its input partitions.
+
+    Lag counts offsets, not records: the application commits the next record's
+    offset, and a topic it writes in transactions (a repartition topic under
+    exactly_once) holds commit markers, which no record offset covers (Kafka's
+    well-known residual lag). So where lag is left, a read_committed probe reads from
+    the committed offset: drained if it finds no record. (Once the events' last
+    offset is committed, the transaction that wrote the last repartition records has
+    committed too, so the probe sees them.)
+    """
+    for tp, lag in group.lag.items():
+        if lag == 0:
+            continue
+        if lag > 10:
+            return False
+        probe.assign([tp])
+        probe.seek(tp, group.offsets[tp])
+        if any(probe.poll(timeout_ms=200).values()):
+            return False
+    return True
+
+
+def rs_read(cluster, topic: str) -> Iterator[tuple]:
+    """Every committed record of ``topic`` as (key, value)."""
+    consumer = cluster.consumer(
+        topic,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        max_partition_fetch_bytes=16 << 20,
+    )
+    try:
+        idle = time.monotonic()
+        while time.monotonic() - idle < 3:
+            polled = consumer.poll(timeout_ms=500)
+            for batch in polled.values():
+                idle = time.monotonic()
+                for r in batch:
+                    yield r.key, r.value
+    finally:
+        consumer.close()
+
+
+RS_RUNS = (
+    ("window", "record", "at_least_once"),
+    ("window", "record", "exactly_once"),
+    ("window", "map_batches", "at_least_once"),
+    ("window", "map_batches", "exactly_once"),
+    ("join", "record", "at_least_once"),
+    ("join", "record", "exactly_once"),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--events", type=int, default=10_000_000)
-    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--spread-minutes", type=int, default=10)
-    parser.add_argument("--skip-peers", action="store_true")
-    parser.add_argument("--peers", default="quix,faust")
+    parser.add_argument("--peers", default="quix,faust", help="comma list; '' for none")
+    parser.add_argument("--skip-raystream", action="store_true")
     args = parser.parse_args()
     t0 = (int(time.time() * 1000) // WINDOW_MS - 60) * WINDOW_MS
     work = Workload(args.events, args.keys, args.spread_minutes, t0)
     figures: list[Figure] = []
-    if not args.skip_peers:
+    peer_names = [p for p in args.peers.split(",") if p]
+    if peer_names:
         with tansu() as bootstrap:
-            for peer in args.peers.split(","):
+            for peer in peer_names:
                 for job in ("window", "join"):
                     fig = run_peer(peer, job, bootstrap, work)
-                    print(f"{fig.system} {fig.job}: {fig.rps} {fig.note}", flush=True)
+                    print(f"  {fig.system} {fig.job}: {fig.rps} {fig.note}", flush=True)
                     figures.append(fig)
+    if not args.skip_raystream:
+        from benchmarks import harness
+
+        with harness.local_cluster("bench-streams") as cluster:
+            for job, variant, guarantee in RS_RUNS:
+                fig = rs_run(cluster, work, job, variant, guarantee)
+                print(f"  {fig.system} {fig.job}: {fig.rps:,.0f} {fig.note}", flush=True)
+                figures.append(fig)
+    report(work, figures, peer_names)
+
+
+def report(work: Workload, figures: list[Figure], peer_names: list[str]) -> None:
+    """The table (records/s, ratio to each peer) and the targets, met or missed."""
+    from benchmarks import harness
+
+    print(f"\n{harness.machine_line('quixstreams', 'faust-streaming')}")
+    print(
+        f"{work.events:,} events of {VALUE_BYTES} bytes, {work.keys:,} keys, event time over "
+        f"{work.spread_minutes} min (1-min tumbling windows, grace 0, in order); table of "
+        f"{work.keys:,} keys; 1 partition, 1 worker each; every answer checked against the "
+        "batch answer\n"
+    )
+    rate = {(f.system, f.job): f.rps for f in figures}
+    header = f"{'job':<8} {'system':<34} {'records/s':>12}"
+    for peer in peer_names:
+        header += f" {'vs ' + peer:>10}"
+    print(header)
+    for f in figures:
+        cell = "failed" if f.rps is None else f"{f.rps:>12,.0f}"
+        line = f"{f.job:<8} {f.system:<34} {cell:>12}"
+        for peer in peer_names:
+            other = rate.get((peer, f.job))
+            ratio = f"{f.rps / other:.2f}x" if f.rps and other else "-"
+            line += f" {ratio:>10}"
+        print(line + (f"  {f.note}" if f.note else ""))
+    print()
+    for f in figures:
+        if f.rps is None:
+            print(f"note ({f.system} {f.job}): {f.note}")
+    for job in ("window", "join"):
+        peer_rates = [rate.get((p, job)) for p in peer_names]
+        peer_rates = [r for r in peer_rates if r]
+        record = rate.get(("raystream record at_least_once", job))
+        if record and peer_rates:
+            target(
+                f"{job}: record-wise ahead of both peers",
+                record > max(peer_rates),
+                f"{record / max(peer_rates):.2f}x the faster peer",
+            )
+        batches = rate.get(("raystream map_batches at_least_once", job))
+        if batches and peer_rates:
+            target(
+                f"{job}: map_batches >= 10x the faster peer",
+                batches >= 10 * max(peer_rates),
+                f"{batches / max(peer_rates):.2f}x",
+            )
+        for variant in ("record", "map_batches"):
+            alo = rate.get((f"raystream {variant} at_least_once", job))
+            eos = rate.get((f"raystream {variant} exactly_once", job))
+            if alo and eos:
+                target(
+                    f"{job}: {variant} exactly_once >= 70% of at_least_once",
+                    eos >= 0.7 * alo,
+                    f"{eos / alo:.0%}",
+                )
+
+
+def target(what: str, met: bool, detail: str) -> None:
+    print(f"target {'MET   ' if met else 'MISSED'} {what} ({detail})")
 
 
 if __name__ == "__main__":
