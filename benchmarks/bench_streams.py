@@ -331,12 +331,15 @@ def run_peer(peer: str, job: str, bootstrap: str, work: Workload) -> Figure:
         log = Path(tmp) / "log.txt"
         with open(log, "wb") as logf:
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 120 + work.events / 2000
+            started = time.monotonic()
+            deadline = started + 120 + work.events / 2000
+            timed_out = False
             try:
                 while not result.exists():
                     if proc.poll() is not None:
                         break
                     if time.monotonic() > deadline:
+                        timed_out = True
                         break
                     time.sleep(0.2)
             finally:
@@ -348,6 +351,15 @@ def run_peer(peer: str, job: str, bootstrap: str, work: Workload) -> Figure:
                         proc.kill()
                         proc.wait()
         if not result.exists():
+            if timed_out:
+                budget = deadline - started
+                return Figure(
+                    peer,
+                    job,
+                    None,
+                    f"did not finish {work.events:,} events in {budget:.0f} s "
+                    f"(below {work.events / budget:,.0f} records/s)",
+                )
             tail = " ".join(log.read_text(errors="replace")[-1500:].split())
             return Figure(peer, job, None, f"no result (exit {proc.returncode}): {tail}")
         timing = json.loads(result.read_text())
