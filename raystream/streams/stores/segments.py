@@ -15,9 +15,14 @@ Worked example (retention 100, interval 50): after a put at time 230, stream tim
 from __future__ import annotations
 
 from raystream.errors import InvalidRequestError
+from raystream.streams.serde import KEY, PICKLE, Serde
+from raystream.streams.stores.base import Store
 from raystream.streams.stores.engine import Backend, Engine
 
-__all__ = ["Segments", "default_segment_interval_ms"]
+__all__ = ["SegmentedStore", "Segments", "default_segment_interval_ms"]
+
+MIN_TS = -(1 << 63)
+MAX_TS = (1 << 63) - 1
 
 _PREFIX = "segment-"
 NO_STREAM_TIME = -(1 << 63)
@@ -105,3 +110,56 @@ class Segments:
         lo = self.segment_id(max(from_ms, self.min_live_time_ms()))
         hi = self.segment_id(to_ms)
         return [self._engines[s] for s in sorted(self._engines) if lo <= s <= hi]
+
+
+class SegmentedStore(Store):
+    """What the window and session stores share: their entries live in time segments
+    (:class:`Segments`), each entry filed under one time (a window's start, a session's
+    end), so expiry drops whole segments.
+
+    Args:
+        name, backend, key_serde, value_serde, logging: as for every :class:`Store`.
+        retention_ms: How long behind stream time entries are kept.
+        segment_interval_ms: Time span of one segment; Kafka's default when None.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backend: Backend,
+        retention_ms: int,
+        segment_interval_ms: int | None,
+        key_serde: Serde = KEY,
+        value_serde: Serde = PICKLE,
+        logging: bool = True,
+    ) -> None:
+        super().__init__(name, backend, key_serde, value_serde, logging)
+        if segment_interval_ms is None:
+            segment_interval_ms = default_segment_interval_ms(retention_ms)
+        self._segments = Segments(backend, retention_ms, segment_interval_ms)
+
+    @property
+    def retention_ms(self) -> int:
+        return self._segments.retention_ms
+
+    @property
+    def observed_stream_time_ms(self) -> int:
+        """The latest entry time seen (a very negative number before any)."""
+        return self._segments.stream_time_ms
+
+    def _reset(self) -> None:
+        self._segments.reload()
+
+    def _write(self, store_key: bytes, value: bytes | None, time_ms: int) -> bool:
+        """Write into the segment of ``time_ms``; False if that time has expired."""
+        self._segments.observe(time_ms)
+        engine = self._segments.for_write(time_ms)
+        if engine is None:
+            return False
+        engine.put(store_key, value)
+        return True
+
+    def approximate_num_entries(self) -> int:
+        """Entries in the live segments (may count some expired ones)."""
+        self._check_open()
+        return sum(e.approximate_num_entries() for e in self._segments.search(MIN_TS, MAX_TS))

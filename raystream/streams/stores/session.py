@@ -7,20 +7,19 @@ from typing import Any
 
 from raystream.errors import InvalidRequestError
 from raystream.streams.serde import KEY, PICKLE, Serde, decode_timestamp, encode_timestamp
-from raystream.streams.stores.base import Store
 from raystream.streams.stores.changelog import ChangelogRecord
 from raystream.streams.stores.engine import Backend
-from raystream.streams.stores.segments import Segments, default_segment_interval_ms
+from raystream.streams.stores.segments import MAX_TS as _MAX_TS
+from raystream.streams.stores.segments import MIN_TS as _MIN_TS
+from raystream.streams.stores.segments import SegmentedStore
 from raystream.streams.windowed import Windowed
 
 __all__ = ["SessionStore"]
 
 _SUFFIX = 16
-_MIN_TS = -(1 << 63)
-_MAX_TS = (1 << 63) - 1
 
 
-class SessionStore(Store):
+class SessionStore(SegmentedStore):
     """Sessions of a key, stored as ``[key bytes][end, 8 bytes][start, 8 bytes]`` (Kafka
     Streams' session key schema), one engine per segment of session end time.
 
@@ -50,22 +49,9 @@ class SessionStore(Store):
         value_serde: Serde = PICKLE,
         logging: bool = True,
     ) -> None:
-        super().__init__(name, backend, key_serde, value_serde, logging)
-        if segment_interval_ms is None:
-            segment_interval_ms = default_segment_interval_ms(retention_ms)
-        self._segments = Segments(backend, retention_ms, segment_interval_ms)
-
-    @property
-    def retention_ms(self) -> int:
-        return self._segments.retention_ms
-
-    @property
-    def observed_stream_time_ms(self) -> int:
-        """The latest session end seen (a very negative number before any)."""
-        return self._segments.stream_time_ms
-
-    def _reset(self) -> None:
-        self._segments.reload()
+        super().__init__(
+            name, backend, retention_ms, segment_interval_ms, key_serde, value_serde, logging
+        )
 
     def _store_key(self, session: Windowed) -> bytes:
         if not isinstance(session, Windowed):
@@ -92,14 +78,6 @@ class SessionStore(Store):
     def remove(self, session: Windowed) -> None:
         """Remove ``session`` (the same as ``put(session, None)``)."""
         self.put(session, None)
-
-    def _write(self, store_key: bytes, value: bytes | None, end_ms: int) -> bool:
-        self._segments.observe(end_ms)
-        engine = self._segments.for_write(end_ms)
-        if engine is None:
-            return False
-        engine.put(store_key, value)
-        return True
 
     def get(self, session: Windowed) -> Any | None:
         """The value of exactly ``session`` (None if none or expired)."""
@@ -143,11 +121,6 @@ class SessionStore(Store):
                 if end >= min_live:
                     start = decode_timestamp(sk, len(sk) - 8)
                     yield Windowed(kd(sk[:-_SUFFIX]), start, end), vd(vb)
-
-    def approximate_num_entries(self) -> int:
-        """Entries in the live segments (may count some expired sessions)."""
-        self._check_open()
-        return sum(e.approximate_num_entries() for e in self._segments.search(_MIN_TS, _MAX_TS))
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         """Apply changelog records in order without logging them; expired ones are

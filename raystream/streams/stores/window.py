@@ -8,21 +8,20 @@ from typing import Any
 
 from raystream.errors import InvalidRequestError
 from raystream.streams.serde import KEY, PICKLE, Serde, decode_timestamp, encode_timestamp
-from raystream.streams.stores.base import Store
 from raystream.streams.stores.changelog import ChangelogRecord
 from raystream.streams.stores.engine import Backend
-from raystream.streams.stores.segments import Segments, default_segment_interval_ms
+from raystream.streams.stores.segments import MAX_TS as _MAX_TS
+from raystream.streams.stores.segments import MIN_TS as _MIN_TS
+from raystream.streams.stores.segments import SegmentedStore
 from raystream.streams.windowed import Windowed
 
 __all__ = ["WindowStore"]
 
 _TS = 8
 _SEQ = struct.Struct(">I")
-_MIN_TS = -(1 << 63)
-_MAX_TS = (1 << 63) - 1
 
 
-class WindowStore(Store):
+class WindowStore(SegmentedStore):
     """Windows of a key, stored as ``[key bytes][window start, 8 bytes]`` (Kafka Streams'
     window key schema), one engine per time segment.
 
@@ -56,28 +55,15 @@ class WindowStore(Store):
         value_serde: Serde = PICKLE,
         logging: bool = True,
     ) -> None:
-        super().__init__(name, backend, key_serde, value_serde, logging)
         if not isinstance(window_size_ms, int) or window_size_ms <= 0:
             raise InvalidRequestError(f"window_size_ms must be an int > 0, got {window_size_ms!r}")
-        if segment_interval_ms is None:
-            segment_interval_ms = default_segment_interval_ms(retention_ms)
+        super().__init__(
+            name, backend, retention_ms, segment_interval_ms, key_serde, value_serde, logging
+        )
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
         self._suffix = _TS + (_SEQ.size if retain_duplicates else 0)
         self._seq = 0
-        self._segments = Segments(backend, retention_ms, segment_interval_ms)
-
-    @property
-    def retention_ms(self) -> int:
-        return self._segments.retention_ms
-
-    @property
-    def observed_stream_time_ms(self) -> int:
-        """The latest window start seen (a very negative number before any)."""
-        return self._segments.stream_time_ms
-
-    def _reset(self) -> None:
-        self._segments.reload()
 
     def put(self, key: Any, value: Any | None, window_start_ms: int) -> None:
         """Set the value of ``key``'s window starting at ``window_start_ms``; ``None``
@@ -93,14 +79,6 @@ class WindowStore(Store):
             store_key += _SEQ.pack(self._seq)
         if self._write(store_key, vb, window_start_ms):
             self._log(store_key, vb)
-
-    def _write(self, store_key: bytes, value: bytes | None, start_ms: int) -> bool:
-        self._segments.observe(start_ms)
-        engine = self._segments.for_write(start_ms)
-        if engine is None:
-            return False
-        engine.put(store_key, value)
-        return True
 
     def get(self, key: Any, window_start_ms: int) -> Any | None:
         """The value of ``key``'s window starting at ``window_start_ms`` (None if none or
@@ -146,11 +124,6 @@ class WindowStore(Store):
                 start = decode_timestamp(sk, len(sk) - suffix)
                 if from_ms <= start <= to_ms:
                     yield Windowed(kd(sk[:-suffix]), start, start + size), vd(vb)
-
-    def approximate_num_entries(self) -> int:
-        """Entries in the live segments (may count some expired windows)."""
-        self._check_open()
-        return sum(e.approximate_num_entries() for e in self._segments.search(_MIN_TS, _MAX_TS))
 
     def restore(self, records: Iterable[ChangelogRecord]) -> None:
         """Apply changelog records in order without logging them; expired ones are
