@@ -158,22 +158,8 @@ def tansu() -> Iterator[str]:
     """A Tansu broker (memory storage) on a free loopback port; yields bootstrap."""
     from benchmarks import peers
 
-    binary = peers._tansu_binary()
-    with tempfile.TemporaryDirectory(prefix="raystream-bench-streams-") as tmp:
-        port = peers._free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        cmd = [
-            binary,
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-        with peers._server(cmd, port, Path(tmp) / "tansu.log"):
-            yield f"127.0.0.1:{port}"
+    with peers.tansu_broker(peers._tansu_binary()) as bootstrap:
+        yield bootstrap
 
 
 #: Topic configs set explicitly at creation: Tansu's DescribeConfigs returns only the

@@ -471,28 +471,35 @@ def bench_kafka(
 
     result = PeerResult(name, None, None, None, None, "broker storage is in memory only")
     try:
-        with tempfile.TemporaryDirectory(prefix="raystream-peer-tansu-") as tmp:
-            port = _free_port()
-            url = f"tcp://127.0.0.1:{port}"
-            cmd = [
-                binary,
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ]
-            with _server(cmd, port, Path(tmp) / "tansu.log"):
-                bootstrap = f"127.0.0.1:{port}"
-                _kafka_throughput(bootstrap, result, records, value_bytes)
-                p50, p99, note = _kafka_e2e(bootstrap, e2e_rate, e2e_seconds, value_bytes)
-                result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
-                result.note = _join_notes(result.note, note)
+        with tansu_broker(binary) as bootstrap:
+            _kafka_throughput(bootstrap, result, records, value_bytes)
+            p50, p99, note = _kafka_e2e(bootstrap, e2e_rate, e2e_seconds, value_bytes)
+            result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
+            result.note = _join_notes(result.note, note)
     except Exception as exc:  # never crash the caller's benchmark
         result.note = _join_notes(result.note, f"failed: {exc!r}")
     return result
+
+
+@contextlib.contextmanager
+def tansu_broker(binary: str) -> Iterator[str]:
+    """A Tansu broker (memory storage) on a free loopback port; yields its bootstrap
+    address and stops it on exit."""
+    with tempfile.TemporaryDirectory(prefix="raystream-peer-tansu-") as tmp:
+        port = _free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        cmd = [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        with _server(cmd, port, Path(tmp) / "tansu.log"):
+            yield f"127.0.0.1:{port}"
 
 
 def _kafka_create_topic(bootstrap: str, topic: str) -> None:
