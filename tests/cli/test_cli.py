@@ -380,21 +380,26 @@ def test_leader_election_and_reassign_partitions(cli, capsys, tmp_path) -> None:
     assert "needs a topic, a partition and replicas" in capsys.readouterr().err
 
 
+WIDE = 40
+
+
 @pytest.mark.slow
-def test_a_topic_of_100_partitions_shows_its_progress_and_takes_every_record_back(
-    cli, capsys, read_all
-) -> None:
-    assert cli("topics", "create", "wide", "--partitions", "100") == 0
+def test_a_wide_topic_shows_its_progress_and_takes_every_record_back(cli, capsys, read_all) -> None:
+    """Forty partitions: enough for several progress lines at Ray's start-up window (four
+    workers per core here); issue 17's 100-partition figures are bench_scale's."""
+    assert cli("topics", "create", "wide", "--partitions", str(WIDE)) == 0
     captured = capsys.readouterr()
-    assert "created topic wide with 100 partitions" in captured.out
-    started = [int(n) for n in re.findall(r"topic wide: (\d+)/100 replicas started", captured.err)]
-    assert len(started) >= 2 and started == sorted(started) and started[-1] == 100, captured.err
+    assert f"created topic wide with {WIDE} partitions" in captured.out
+    started = [
+        int(n) for n in re.findall(rf"topic wide: (\d+)/{WIDE} replicas started", captured.err)
+    ]
+    assert len(started) >= 2 and started == sorted(started) and started[-1] == WIDE, captured.err
     cluster = attach(cli.namespace, cli.data_dir)
-    sent = [f"{p}-{i}".encode() for p in range(100) for i in range(20)]
+    sent = [f"{p}-{i}".encode() for p in range(WIDE) for i in range(20)]
     with cluster.producer(linger_ms=5) as producer:
         for value in sent:
             producer.send("wide", value=value, partition=int(value.split(b"-")[0]))
-    assert sorted(read_all(cluster, "wide", "read_uncommitted", partitions=100)) == sorted(sent)
+    assert sorted(read_all(cluster, "wide", "read_uncommitted", partitions=WIDE)) == sorted(sent)
     assert cli("topics", "delete", "wide") == 0
 
 
