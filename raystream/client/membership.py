@@ -285,7 +285,9 @@ class GroupMembership:
     # ------------------------------------------------------------------ commits
 
     def commit(
-        self, offsets: dict[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None = None
+        self,
+        offsets: dict[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """Commit synchronously as this member (or as an outsider when not a member),
         with each partition's ``metadata`` note (default empty).
