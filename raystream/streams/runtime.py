@@ -256,7 +256,7 @@ class StreamsWorker:
         if generation != me.generation_id:  # the group moved on: ask again
             return
         active = {
-            member: [t for t in self._task_ids_of(tps) if self.subtopologies[t[0]].stores]
+            member: [t for t in self._task_ids_of(tps) if self.subtopologies[t.subtopology].stores]
             for member, tps in members.items()
         }
         placed = place_standbys(active, self.num_standby_replicas).get(me.member_id, set())
@@ -601,6 +601,7 @@ class StreamsWorker:
             "processed_records_total": self.processed_records_total,
             "restored_records_total": self.restored_records_total,
             "standby_tasks": [str(t) for t in self.standbys.task_ids],
+            "standby_checkpoints": {str(t): c for t, c in self.standbys.checkpoints().items()},
             "standby_updated_records_total": self.standbys.updated_records_total,
             "commits_total": self.commits_total,
             "aborts_total": self.aborts_total,

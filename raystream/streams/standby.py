@@ -68,6 +68,7 @@ class _Standby:
     task_dir: Path
     stores: dict[str, Any]
     changelogs: dict[str, TopicPartition]
+    checkpoint: dict[str, int]  # the changelog offsets its stores cover on disk
 
 
 class StandbyTasks:
@@ -116,6 +117,11 @@ class StandbyTasks:
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._tasks
 
+    def checkpoints(self) -> dict[TaskId, dict[str, int]]:
+        """Each standby's checkpoint: per store, the changelog offset a takeover would
+        restore from (read from any thread)."""
+        return {task_id: dict(s.checkpoint) for task_id, s in list(self._tasks.items())}
+
     def assign(self, wanted: Iterable[TaskId]) -> None:
         """Hold exactly the standbys ``wanted``: drop the others (checkpointed), open the
         new ones from their checkpoints (or from 0 where the stores must be wiped)."""
@@ -134,7 +140,7 @@ class StandbyTasks:
                 )
                 for spec in sub.stores
             }
-            self._tasks[task_id] = _Standby(task_dir, stores, changelogs)
+            self._tasks[task_id] = _Standby(task_dir, stores, changelogs, begin)
             for name, tp in changelogs.items():
                 self._stores_by_tp[tp] = stores[name]
                 starts[tp] = begin[name]
@@ -185,6 +191,7 @@ class StandbyTasks:
             if standby.stores[name].persistent
         }
         write_checkpoint(standby.task_dir, offsets)
+        standby.checkpoint = offsets
 
     def drop(self, task_id: TaskId) -> None:
         """Checkpoint and close a standby: it is not placed here any more, or its task
