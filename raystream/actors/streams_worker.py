@@ -141,7 +141,10 @@ class StreamsWorkerShell:
             worker.error = "".join(traceback.format_exception(error, limit=4))
             worker.state = ERROR
             logger.error("streams worker %d failed: %s", self.slot, worker.error)
-            self._stop_siblings()
+            try:
+                self._stop_siblings()
+            except Exception as failure:  # Ray unreachable: still close this worker
+                logger.warning("streams worker %d: stopping the others: %s", self.slot, failure)
         finally:
             try:
                 worker.close(clean=clean)
