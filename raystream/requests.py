@@ -489,16 +489,18 @@ class OffsetCommitRequest(GroupRequest):
 class OffsetFetchRequest(GroupRequest):
     """The group's committed offsets (of ``partitions``, default all), by TopicPartition;
     with ``require_stable`` UnstableOffsetCommitError while a transaction may still
-    commit some."""
+    commit some; with ``with_metadata`` each as an ``(offset, metadata)`` pair."""
 
     partitions: tuple[tuple[str, int], ...] | None = None
     require_stable: bool = False
+    with_metadata: bool = False
 
     def validate(self) -> None:
         GroupRequest.validate(self)
         if self.partitions is not None:
             _partitions(self, "partitions")
         _bool(self, "require_stable")
+        _bool(self, "with_metadata")
 
 
 @dataclass(frozen=True, slots=True)

@@ -306,7 +306,8 @@ class GroupCoordinator:
         return Result()
 
     async def _fetch_offsets(self, request: OffsetFetchRequest) -> Result:
-        """The group's committed offsets (of ``partitions``, default all), by TopicPartition.
+        """The group's committed offsets (of ``partitions``, default all), by TopicPartition
+        (``(offset, metadata)`` pairs with ``with_metadata``).
 
         The group's partition is read up to its last stable offset first (offsets that
         transactions committed). With ``require_stable`` the answer is
@@ -325,6 +326,14 @@ class GroupCoordinator:
             if request.partitions is None
             else [TopicPartition(*p) for p in request.partitions]
         )
+        if request.with_metadata:
+            return Result(
+                value={
+                    tp: (committed[tp].offset, committed[tp].metadata)
+                    for tp in wanted
+                    if tp in committed
+                }
+            )
         return Result(value={tp: committed[tp].offset for tp in wanted if tp in committed})
 
     async def _reset_offsets(self, request: ResetOffsetsRequest) -> Result:

@@ -9,10 +9,13 @@ zombie) and runs the worker's loop on a thread of its own, so that ``status``,
 ``query`` and ``stop`` answer while it polls.
 
 A user function that raises (``StreamsError``) stops the loop for good: nothing of the
-batch is committed, the tasks are closed (dirty), the consumer leaves the group, and
-``status()`` reports state ERROR with the error, which the app surfaces. Other errors
-(a broker restarting, a refused commit) are logged and the loop goes on. Ray restarts a
-crashed worker (``max_restarts``): it rejoins the group and restores its tasks.
+batch is committed, and ``status()`` reports state ERROR with the error, which the app
+surfaces. The failing worker first stops the application's other workers (they commit,
+close their tasks and leave; Kafka Streams' default SHUTDOWN_CLIENT response: the app
+is one client), so none of them takes its tasks over and meets the same record; then it
+closes its tasks (dirty) and leaves the group. Other errors (a broker restarting, a
+refused commit) are logged and the loop goes on. Ray restarts a crashed worker
+(``max_restarts``): it rejoins the group and restores its tasks.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from typing import Any
 import ray
 
 from raystream.errors import RaystreamError, StreamsError
+from raystream.requests import DescribeGroupRequest
 from raystream.streams.runtime import ERROR, StreamsWorker, wall_clock_ms
+from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "streams:"
 RETRY_BACKOFF_S = 0.5
+SIBLINGS_STOP_TIMEOUT_S = 60.0
 
 
 def worker_name(application_id: str, slot: int) -> str:
@@ -90,6 +96,15 @@ class StreamsWorkerShell:
                 fetch_max_wait_ms=50,
             )
 
+        def group_assignment() -> tuple[int, dict[str, list[TopicPartition]]]:
+            # The coordinator's own description (admin.describe_group would add a lag
+            # lookup of every committed partition); generation -1 while it rebalances.
+            info = cluster.coordinator_call(DescribeGroupRequest(app.application_id))
+            if info["state"] != "Stable":
+                return -1, {}
+            members = {m: list(d["assignment"]) for m, d in info["members"].items()}
+            return info["generation"], members
+
         self.worker = StreamsWorker(
             app.application_id,
             app.subtopologies(),
@@ -100,6 +115,8 @@ class StreamsWorkerShell:
             restore_consumer,
             state_dir_of(cluster.data_dir, app.application_id, slot),
             wall_clock_ms,
+            num_standby_replicas=app.num_standby_replicas,
+            group_assignment=group_assignment,
         )
         self._consumer = consumer
         self._stop = threading.Event()
@@ -124,6 +141,10 @@ class StreamsWorkerShell:
             worker.error = "".join(traceback.format_exception(error, limit=4))
             worker.state = ERROR
             logger.error("streams worker %d failed: %s", self.slot, worker.error)
+            try:
+                self._stop_siblings()
+            except Exception as failure:  # Ray unreachable: still close this worker
+                logger.warning("streams worker %d: stopping the others: %s", self.slot, failure)
         finally:
             try:
                 worker.close(clean=clean)
@@ -132,6 +153,31 @@ class StreamsWorkerShell:
             worker.fail_queries(StreamsError(f"streams worker {self.slot} stopped"))
             self._consumer.close(autocommit=False)
             worker.producer.close()
+
+    def _stop_siblings(self) -> None:
+        """Stop the application's other workers and wait for them (see the module
+        docstring). They are found by name, so workers added by ``app.scale`` are too."""
+        app_id, namespace = self.app.application_id, self.app.cluster.namespace
+        prefix, own = worker_name(app_id, 0)[:-1], worker_name(app_id, self.slot)
+        refs = []
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            name = actor["name"]
+            if actor["namespace"] != namespace or not name.startswith(prefix) or name == own:
+                continue
+            try:
+                refs.append(ray.get_actor(name, namespace=namespace).halt.remote())
+            except ValueError:  # gone since it was listed
+                continue
+        if not refs:
+            return
+        done, pending = ray.wait(refs, num_returns=len(refs), timeout=SIBLINGS_STOP_TIMEOUT_S)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as error:  # dead or restarting: nothing of it runs
+                logger.info("streams worker %d: a sibling did not stop: %s", self.slot, error)
+        if pending:
+            logger.warning("streams worker %d: %d siblings still stopping", self.slot, len(pending))
 
     def status(self) -> dict[str, Any]:
         """The worker's status (see ``StreamsWorker.status``), its slot and pid."""
@@ -161,6 +207,15 @@ class StreamsWorkerShell:
         """Commit, close the tasks, leave the group; returns the final status."""
         self._stop.set()
         self._thread.join(timeout_s)
+        return self.status()
+
+    def halt(self, timeout_s: float = SIBLINGS_STOP_TIMEOUT_S) -> dict[str, Any]:
+        """:meth:`stop` because another worker failed. A worker that failed itself
+        answers at once: it is stopping the others too, and may be waiting for the one
+        that asks."""
+        self._stop.set()
+        if self.worker.state != ERROR:
+            self._thread.join(timeout_s)
         return self.status()
 
 

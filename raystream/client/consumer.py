@@ -62,6 +62,7 @@ from raystream.errors import (
     RecordDeserializationError,
     UnknownTopicOrPartitionError,
 )
+from raystream.groups.offsets_topic import OffsetAndMetadata
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.records import (
     BYTES_SCHEMA,
@@ -730,9 +731,10 @@ class Consumer:
         """
         group = self._require_group("commit")
         self._settle(stop=False)
+        notes = _metadata_of(offsets)
         offsets = self._checked_offsets(offsets, "commit")
         if offsets:
-            self._commit_now(group, offsets)
+            self._commit_now(group, offsets, notes)
 
     def commit_async(
         self,
@@ -744,17 +746,23 @@ class Consumer:
         With nothing to commit it runs at once (``offsets`` empty), as in Kafka."""
         group = self._require_group("commit_async")
         self._settle(stop=False)
+        notes = _metadata_of(offsets)
         offsets = self._checked_offsets(offsets, "commit_async")
         if offsets:
-            group.commit_async(offsets, self._timed_commit(callback))
+            group.commit_async(offsets, self._timed_commit(callback), notes)
         elif callback is not None:
             callback({}, None)
 
-    def committed(self, tp: TopicPartition) -> int | None:
-        """The group's committed offset of ``tp`` (None if none), asked of the coordinator."""
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> Any:
+        """The group's committed offset of ``tp`` (None if none), asked of the coordinator;
+        with ``metadata=True`` an :class:`OffsetAndMetadata` (offset and the note the
+        committer stored with it), as kafka-python's ``committed(tp, metadata=True)``."""
         group = self._require_group("committed")
         tp = self._existing(tp, "committed")
-        return group.committed([tp]).get(tp)
+        if not metadata:
+            return group.committed([tp]).get(tp)
+        found = group.committed([tp], with_metadata=True).get(tp)
+        return None if found is None else OffsetAndMetadata(*found)
 
     def group_metadata(self) -> ConsumerGroupMetadata:
         """The consumer's group, member id and generation, for
@@ -811,10 +819,15 @@ class Consumer:
         if offsets:
             self._commit_now(self._group, offsets)
 
-    def _commit_now(self, group: GroupMembership, offsets: dict[TopicPartition, int]) -> None:
+    def _commit_now(
+        self,
+        group: GroupMembership,
+        offsets: dict[TopicPartition, int],
+        metadata: dict[TopicPartition, str] | None = None,
+    ) -> None:
         """Commit and wait, counting it in the commit metrics when it succeeds."""
         start = time.monotonic()
-        group.commit(offsets)
+        group.commit(offsets, metadata)
         now = time.monotonic()
         self._fetcher.metrics.record_commit(now - start, now)
 
@@ -972,6 +985,30 @@ class Consumer:
         tp = self._topic_partition(value, what)
         self.cluster.require_partition(tp.topic, tp.partition)
         return tp
+
+
+def _metadata_of(offsets: Any) -> dict[TopicPartition, str]:
+    """The metadata notes of a commit's ``(offset, metadata)`` values (OffsetAndMetadata
+    alike); plain offsets have none. Offsets themselves are checked elsewhere.
+
+    Raises:
+        InvalidRequestError: a note is not a string.
+    """
+    if not isinstance(offsets, dict):
+        return {}
+    notes: dict[TopicPartition, str] = {}
+    for tp, value in offsets.items():
+        if isinstance(value, tuple) and len(value) > 1:
+            note = value[1]
+        else:
+            note = getattr(value, "metadata", "")
+        if not isinstance(note, str):
+            raise InvalidRequestError(
+                f"commit: the metadata of {tp!r} must be a string, got {note!r}"
+            )
+        if note:
+            notes[tp] = note
+    return notes
 
 
 def _deserialization_error(

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from raystream.errors import (
@@ -284,26 +284,39 @@ class GroupMembership:
 
     # ------------------------------------------------------------------ commits
 
-    def commit(self, offsets: dict[TopicPartition, int]) -> None:
-        """Commit synchronously as this member (or as an outsider when not a member).
+    def commit(
+        self,
+        offsets: dict[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
+    ) -> None:
+        """Commit synchronously as this member (or as an outsider when not a member),
+        with each partition's ``metadata`` note (default empty).
 
         Raises:
             CommitFailedError: the generation is stale or the member was evicted.
         """
         try:
-            self.cluster.coordinator_call(self._commit_request(offsets))
+            self.cluster.coordinator_call(self._commit_request(offsets, metadata))
         except (IllegalGenerationError, UnknownMemberIdError) as error:
             raise CommitFailedError(str(error)) from None
 
     def commit_async(
-        self, offsets: dict[TopicPartition, int], callback: CommitCallback | None
+        self,
+        offsets: dict[TopicPartition, int],
+        callback: CommitCallback | None,
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
         """Send a commit; ``callback(offsets, error)`` runs in a later ``poll()``."""
-        ref = self.cluster.coordinator().handle.remote(self._commit_request(offsets))
+        ref = self.cluster.coordinator().handle.remote(self._commit_request(offsets, metadata))
         self._commits.append((ref, offsets, callback))
 
-    def _commit_request(self, offsets: dict[TopicPartition, int]) -> OffsetCommitRequest:
-        items = tuple((tp.topic, tp.partition, offset, "") for tp, offset in offsets.items())
+    def _commit_request(
+        self, offsets: dict[TopicPartition, int], metadata: Mapping[TopicPartition, str] | None
+    ) -> OffsetCommitRequest:
+        notes = metadata or {}
+        items = tuple(
+            (tp.topic, tp.partition, offset, notes.get(tp, "")) for tp, offset in offsets.items()
+        )
         if self.member_id:
             return OffsetCommitRequest(self.group_id, self.member_id, self.generation, items)
         return OffsetCommitRequest(self.group_id, "", NO_GENERATION, items)
@@ -334,10 +347,16 @@ class GroupMembership:
                 )
         self._commits = pending
 
-    def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets of ``partitions`` (missing: none committed)."""
+    def committed(
+        self, partitions: list[TopicPartition], with_metadata: bool = False
+    ) -> dict[TopicPartition, Any]:
+        """The group's committed offsets of ``partitions`` (missing: none committed), as
+        ``(offset, metadata)`` pairs ``with_metadata``."""
         return self.cluster.coordinator_call(
             OffsetFetchRequest(
-                self.group_id, tuple(tuple(tp) for tp in partitions), self.require_stable
+                self.group_id,
+                tuple(tuple(tp) for tp in partitions),
+                self.require_stable,
+                with_metadata,
             )
         )

@@ -17,7 +17,8 @@
 The app's state is Kafka Streams' ``KafkaStreams.State``, derived from the workers':
 CREATED before start, REBALANCING while a worker joins, restores or is being restarted,
 RUNNING when every worker processes, ERROR when a worker stopped on an error (a user
-function raised: :meth:`AppRunner.wait` raises it), NOT_RUNNING after stop.
+function raised: it stops the other workers too, and :meth:`AppRunner.wait` raises it),
+NOT_RUNNING after stop.
 
 Interactive queries (``app.store(name)``) go to the worker holding the key's task:
 the partition is the one the producer's default partitioner picks for the key (the

@@ -26,6 +26,17 @@ sub-topology). It owns a :class:`~raystream.streams.task.Task` per assigned
      a task runs the checkpoint is absent, so after a crash its stores are wiped and
      rebuilt from the changelog, whose aborted writes read_committed never shows).
 
+Each committed offset carries, as its metadata, the stream time of the task that read
+it; a task opened later (moved, restarted, or reset after an abort) resumes from the
+largest of its partitions', so windows that were closed stay closed and grace is judged
+as before the move.
+
+With ``num_standby_replicas``, once per generation the worker reads the group's whole
+assignment and keeps standby copies of other workers' stateful tasks
+(:mod:`raystream.streams.standby`), updated from their changelogs between polls and
+checkpointed at each commit; a task that becomes active here takes the standby's
+stores over and restores only what came after its checkpoint.
+
 Rebalances run inside ``poll`` (the listener is this object): revoked partitions are
 committed first, then their tasks closed cleanly (stores flushed, checkpoint written);
 assigned ones get new tasks whose stores are restored from their changelogs up to the
@@ -62,13 +73,17 @@ from raystream.errors import (
     RaystreamError,
     StreamsError,
 )
-from raystream.streams.stores import (
-    must_wipe_on_open,
-    read_checkpoint,
-    read_only,
-    write_checkpoint,
+from raystream.streams.standby import StandbyTasks, place_standbys
+from raystream.streams.stores import read_checkpoint, read_only, write_checkpoint
+from raystream.streams.task import (
+    Task,
+    TaskId,
+    TaskResult,
+    decode_stream_time,
+    encode_stream_time,
+    open_task_stores,
+    restore_starts,
 )
-from raystream.streams.task import Task, TaskId, TaskResult, open_task_stores
 from raystream.streams.topology import SubTopology
 from raystream.types import TopicPartition
 
@@ -79,6 +94,7 @@ MAX_POLL_RECORDS = 2_000
 RESTORE_POLL_MS = 200
 QUERY_TIMEOUT_S = 30.0
 LAG_INTERVAL_MS = 1_000
+PLACEMENT_RETRY_MS = 1_000
 
 # Worker states (the app's state is derived from them, see KafkaStreams.State).
 STARTING = "STARTING"
@@ -107,6 +123,10 @@ class StreamsWorker:
             exactly-once) for reading changelogs.
         state_dir: This worker's directory for task stores (one sub-directory per task).
         clock_ms: Wall-clock milliseconds (for wall-clock punctuation and commits).
+        num_standby_replicas: Standby copies of each stateful task (see
+            :mod:`raystream.streams.standby`); they need ``group_assignment``.
+        group_assignment: Returns the group's ``(generation, {member id: partitions})``
+            as the coordinator describes it, to place standbys.
     """
 
     def __init__(
@@ -120,6 +140,8 @@ class StreamsWorker:
         restore_consumer: Callable[[], Any],
         state_dir: str | os.PathLike[str],
         clock_ms: Callable[[], int],
+        num_standby_replicas: int = 0,
+        group_assignment: Callable[[], tuple[int, dict[str, list[TopicPartition]]]] | None = None,
     ) -> None:
         self.application_id = application_id
         self.subtopologies = {sub.id: sub for sub in subtopologies}
@@ -154,6 +176,17 @@ class StreamsWorker:
         self._lags: dict[TaskId, int] = {}
         self._queries: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._lock = threading.Lock()
+        self.num_standby_replicas = num_standby_replicas if group_assignment else 0
+        self._group_assignment = group_assignment
+        self.standbys = StandbyTasks(
+            application_id,
+            self.subtopologies,
+            processing_guarantee,
+            self.task_dir,
+            restore_consumer,
+        )
+        self._placed_generation = -1
+        self._next_placement_ms = 0
 
     # ------------------------------------------------------------------ the loop
 
@@ -173,6 +206,8 @@ class StreamsWorker:
         polled = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS, max_records=MAX_POLL_RECORDS)
         now_ms = self.clock_ms()
         self._update_state()
+        self._place_standbys(now_ms)
+        self.standbys.update()
         batches: dict[TaskId, list[Any]] = {}
         count = 0
         for tp, records in polled.items():
@@ -199,8 +234,34 @@ class StreamsWorker:
             self._next_lag_ms = now_ms + LAG_INTERVAL_MS
             self._measure_lag()
         if now_ms - self._last_commit_ms >= self.commit_interval_ms:
+            self.standbys.checkpoint()
             self.commit()
         return count
+
+    def _place_standbys(self, now_ms: int) -> None:
+        """Once per generation, read the group's assignment and hold the standbys
+        :func:`place_standbys` gives this member (none of them active here)."""
+        if not self.num_standby_replicas or self.state != RUNNING:
+            return
+        me = self.consumer.group_metadata()
+        if me.generation_id == self._placed_generation or now_ms < self._next_placement_ms:
+            return
+        self._next_placement_ms = now_ms + PLACEMENT_RETRY_MS
+        assert self._group_assignment is not None
+        try:
+            generation, members = self._group_assignment()
+        except RaystreamError as error:  # the coordinator is away: try again later
+            logger.info("worker %s: group assignment unavailable: %s", self, error)
+            return
+        if generation != me.generation_id:  # the group moved on: ask again
+            return
+        active = {
+            member: [t for t in self._task_ids_of(tps) if self.subtopologies[t.subtopology].stores]
+            for member, tps in members.items()
+        }
+        placed = place_standbys(active, self.num_standby_replicas).get(me.member_id, set())
+        self.standbys.assign(placed - set(self.tasks))
+        self._placed_generation = generation
 
     def _measure_lag(self) -> None:
         """Each task's lag: records of its input partitions not processed yet."""
@@ -252,7 +313,7 @@ class StreamsWorker:
         self._last_commit_ms = self.clock_ms()
         if not self._dirty:
             return
-        offsets = dict(self._pending_offsets)
+        offsets = self._with_stream_time(self._pending_offsets)
         if self.exactly_once:
             if self._in_transaction:
                 try:
@@ -282,6 +343,32 @@ class StreamsWorker:
         self._pending_offsets.clear()
         self._dirty = False
         self.commits_total += 1
+
+    def _with_stream_time(
+        self, offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """Each offset to commit with, as its metadata, the stream time of the task that
+        read its partition (the smallest if several tasks read it): a task opened on that
+        partition later resumes from it (see :meth:`_committed_stream_time`)."""
+        times: dict[TopicPartition, int] = {}
+        for task in self.tasks.values():
+            now = task.stream_time_ms
+            for tp in task.input_partitions():
+                if tp in offsets:
+                    times[tp] = min(times.get(tp, now), now)
+        return {
+            tp: (offset, encode_stream_time(times.get(tp, -1))) for tp, offset in offsets.items()
+        }
+
+    def _committed_stream_time(self, partitions: Iterable[TopicPartition]) -> int:
+        """The stream time a task reading ``partitions`` resumes from: the largest that
+        the commits of its partitions carry (-1 when none does)."""
+        found = -1
+        for tp in partitions:
+            committed = self.consumer.committed(tp, metadata=True)
+            if committed is not None:
+                found = max(found, decode_stream_time(committed.metadata))
+        return found
 
     def _take_changelog_offsets(self) -> None:
         for tp, future in self._changelog_futures.items():
@@ -360,6 +447,8 @@ class StreamsWorker:
             return
         self.state = REBALANCING
         for task_id in self._task_ids_of(partitions):
+            if task_id in self.standbys:  # its stores restore from the standby's checkpoint
+                self.standbys.drop(task_id)
             if task_id not in self.tasks:
                 self._open_task(task_id)
 
@@ -384,15 +473,10 @@ class StreamsWorker:
         task_dir = self.task_dir(task_id)
         checkpoint = read_checkpoint(task_dir)
         stores = open_task_stores(sub, task_dir)
-        task = Task(task_id, sub, stores, self.application_id)
-        starts: dict[str, int] = {}
-        for name, store in stores.items():
-            clean = name in checkpoint and store.persistent
-            if must_wipe_on_open(self.processing_guarantee, clean):
-                store.wipe()
-                starts[name] = 0
-            else:
-                starts[name] = checkpoint.get(name, 0) if store.persistent else 0
+        inputs = [TopicPartition(t, task_id.partition) for t in sub.source_topics]
+        stream_time_ms = self._committed_stream_time(inputs)
+        task = Task(task_id, sub, stores, self.application_id, stream_time_ms)
+        starts = restore_starts(stores, checkpoint, self.processing_guarantee)
         if self.exactly_once and stores:
             write_checkpoint(task_dir, {})  # dirty while it runs (see the module doc)
         changelogs = task.changelog_partitions()
@@ -455,6 +539,7 @@ class StreamsWorker:
             committed = clean and not (self.exactly_once and self._in_transaction)
             for task_id in list(self.tasks):
                 self._close_task(task_id, clean=committed)
+            self.standbys.close()
             self._closed = True
             if self.state != ERROR:
                 self.state = STOPPED
@@ -515,6 +600,9 @@ class StreamsWorker:
             "task_ids": sorted(list(self.tasks)),
             "processed_records_total": self.processed_records_total,
             "restored_records_total": self.restored_records_total,
+            "standby_tasks": [str(t) for t in self.standbys.task_ids],
+            "standby_checkpoints": {str(t): c for t, c in self.standbys.checkpoints().items()},
+            "standby_updated_records_total": self.standbys.updated_records_total,
             "commits_total": self.commits_total,
             "aborts_total": self.aborts_total,
             "task_metrics": {

@@ -53,6 +53,7 @@ from raystream.streams.stores import (
     Store,
     WindowStore,
     changelog_topic,
+    must_wipe_on_open,
 )
 from raystream.streams.topology import Node, StoreSpec, SubTopology
 from raystream.streams.windows import StreamTime
@@ -138,6 +139,23 @@ def open_task_stores(
         spec.name: open_store(spec, LmdbBackend(Path(task_dir) / spec.name))
         for spec in subtopology.stores
     }
+
+
+def restore_starts(
+    stores: Mapping[str, Store], checkpoint: Mapping[str, int], processing_guarantee: str
+) -> dict[str, int]:
+    """The changelog offset to restore each of a task's just opened ``stores`` from,
+    given the task directory's ``checkpoint``; wipes the stores that must start over
+    (see :func:`~raystream.streams.stores.must_wipe_on_open`)."""
+    starts: dict[str, int] = {}
+    for name, store in stores.items():
+        clean = name in checkpoint and store.persistent
+        if must_wipe_on_open(processing_guarantee, clean):
+            store.wipe()
+            starts[name] = 0
+        else:
+            starts[name] = checkpoint.get(name, 0) if store.persistent else 0
+    return starts
 
 
 class Task:
@@ -436,3 +454,28 @@ class _TaskContext:
 
     def record_dropped(self, reason: str) -> None:
         self._task._dropped(reason)
+
+
+_STREAM_TIME_PREFIX = "streams:v1:stream_time_ms="
+
+
+def encode_stream_time(stream_time_ms: int) -> str:
+    """The commit metadata that carries a task's stream time with its input offsets
+    (Kafka Streams keeps it there too), so that a task that moves or restarts resumes
+    with it: windows stay closed and grace is judged from where the task was, not -1.
+
+    >>> decode_stream_time(encode_stream_time(60_000))
+    60000
+    """
+    return f"{_STREAM_TIME_PREFIX}{int(stream_time_ms)}"
+
+
+def decode_stream_time(metadata: str | None) -> int:
+    """The stream time :func:`encode_stream_time` wrote; -1 for any other metadata (none,
+    or a note another committer left, such as an offsets reset)."""
+    if not metadata or not metadata.startswith(_STREAM_TIME_PREFIX):
+        return -1
+    try:
+        return max(int(metadata[len(_STREAM_TIME_PREFIX) :]), -1)
+    except ValueError:
+        return -1

@@ -168,6 +168,9 @@ def test_commits_auto_commits_and_close_land_in_the_group(shared_cluster, make_t
     drive([manual], lambda: len(manual.assignment()) == 2)
     manual.commit({tps[0]: 7, tps[1]: (3, "note")})
     assert (manual.committed(tps[0]), manual.committed(tps[1])) == (7, 3)
+    noted = manual.committed(tps[1], metadata=True)
+    assert (noted.offset, noted.metadata) == (3, "note")
+    assert manual.committed(tps[0], metadata=True).metadata == ""
     done = []
     manual.commit_async({tps[0]: 9}, callback=lambda offsets, error: done.append(error))
     drive([manual], lambda: bool(done))

@@ -104,13 +104,23 @@ def final_counts(records: list[tuple[Any, Any]]) -> dict[str, int]:
     return {k.decode(): int(v) for k, v in records}
 
 
+def changelog_ends(cluster: Any, topic: str) -> dict[int, int]:
+    """Each changelog partition's end offset (its record count: no transactions)."""
+    tps = [TopicPartition(topic, p) for p in range(cluster.partitions_for(topic))]
+    with cluster.consumer(enable_auto_commit=False) as consumer:
+        return {tp.partition: end for tp, end in consumer.end_offsets(tps).items()}
+
+
 def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
-    shared_cluster: Any, make_topic: Any, wait_until: Any
+    shared_cluster: Any, make_topic: Any, wait_until: Any, chaos: Any
 ) -> None:
+    """...and, with a standby of each task on the other worker, a worker killed for good
+    hands its tasks to the survivor, which restores almost nothing (its standbys were
+    current) and resumes each task's stream time (a late record stays dropped)."""
     source, sink = make_topic(partitions=3), make_topic(partitions=2)
     items = clicks(600, keys=7, seed=1)
     produce(shared_cluster, source, items)
-    app = windowed_count_app(shared_cluster, source, sink, num_workers=2)
+    app = windowed_count_app(shared_cluster, source, sink, num_workers=2, num_standby_replicas=1)
     app.start()
     try:
         internal = [app.application_id + "-" + s for s in ("counts-changelog",)]
@@ -132,6 +142,64 @@ def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
         assert {f"k3@{start}": c for start, c in fetched} == {
             k: c for k, c in expected.items() if k.startswith("k3@")
         }
+
+        # Stream time moves to 100 s (after every record above, so none of them is late).
+        future = [(f"k{i}".encode(), b"x", 100 * WINDOW_MS) for i in range(7)]
+        produce(shared_cluster, source, future)
+        expected = batch_counts(items + future)
+        wait_until(
+            lambda: final_counts(read_records(shared_cluster, sink)) == expected,
+            30,
+            "the future records counted",
+        )
+        wait_until(lambda: lag(shared_cluster, app.application_id, topics) == 0, 60, "committed")
+        # Each stateful task has a standby on the other worker, fed from its changelog
+        # and checkpointed up to its end.
+        changelog = app.application_id + "-counts-changelog"
+        ends = changelog_ends(shared_cluster, changelog)
+
+        def standbys_current() -> bool:
+            statuses = app.status()
+            checkpoints = {t: c for s in statuses for t, c in s["standby_checkpoints"].items()}
+            stateful = [t for s in statuses for t in s["tasks"] if t.startswith("1_")]
+            return sorted(checkpoints) == sorted(stateful) and all(
+                c == {"counts": ends[int(t[2:])]} for t, c in checkpoints.items()
+            )
+
+        wait_until(
+            standbys_current,
+            60,
+            "standbys checkpointed up to the changelog's end",
+            detail=lambda: [(s["tasks"], s["standby_checkpoints"]) for s in app.status()],
+        )
+        survivor, victim = app.status()
+        assert survivor["standby_tasks"] == [t for t in victim["tasks"] if t.startswith("1_")]
+        moved = [t for t in victim["tasks"] if t.startswith("1_")]
+        moved_records = sum(ends[int(t.split("_")[1])] for t in moved)
+        restored_before = survivor["restored_records_total"]
+        chaos.kill_actor(app._runner.workers[1], "streams worker 1", restart=False)
+        chaos.verify(min_faults=1)
+        survivor = wait_until(
+            lambda: (
+                (s := app.status()[0]) and s["state"] == "RUNNING" and len(s["tasks"]) == 6 and s
+            ),
+            60,
+            "the survivor runs every task",
+        )
+        restored = survivor["restored_records_total"] - restored_before
+        assert moved_records >= 50 and restored * 10 < moved_records, (restored, moved_records)
+        assert survivor["standby_updated_records_total"] > 0
+        assert not survivor["standby_tasks"]  # taken over: nobody to keep copies for
+        # A record of window [0, 1 s) is late at stream time 100 s, also for moved tasks.
+        produce(shared_cluster, source, [(f"k{i}".encode(), b"x", 0) for i in range(7)])
+        wait_until(
+            lambda: app.status()[0]["dropped_records_total"] == 7, 30, "late records dropped"
+        )
+        assert final_counts(read_records(shared_cluster, sink)) == expected
+        # The moved stores answer queries (windows past retention at 100 s are gone).
+        held = {f"{w.key}@{w.start_ms}": c for w, c in store.all()}
+        assert {k for k in expected if k.endswith("@100000")} <= set(held)
+        assert all(expected[k] == c for k, c in held.items())
     finally:
         app.stop()
     assert app.state == "NOT_RUNNING"
@@ -202,23 +270,37 @@ def test_start_checks_co_partitioning_and_missing_topics(
         missing.start()
 
 
-def test_a_user_function_that_raises_puts_the_app_in_error(
+def test_a_user_function_that_raises_stops_every_worker_and_puts_the_app_in_error(
     shared_cluster: Any, make_topic: Any, wait_until: Any
 ) -> None:
-    source, sink = make_topic(), make_topic()
+    source, sink = make_topic(partitions=2), make_topic()
 
     def explode(value: bytes) -> bytes:
         if value == b"bad":
             raise ValueError("cannot handle bad")
         return value
 
-    app = rs.streams.App(shared_cluster, app_id("boom"), commit_interval_ms=50)
+    app = rs.streams.App(shared_cluster, app_id("boom"), commit_interval_ms=50, num_workers=2)
     app.stream(source).map_values(explode).to(sink)
     app.start()
     try:
+        wait_until(
+            lambda: all(s and s["state"] == "RUNNING" and s["tasks"] for s in app.status()),
+            60,
+            "both workers run a task",
+        )
         produce(shared_cluster, source, [(b"k", b"good", 1), (b"k", b"bad", 2)])
         with pytest.raises(StreamsError, match="cannot handle bad"):
             app.wait(timeout=60)
+        assert app.state == "ERROR"
+        # The whole app stops (Kafka Streams' SHUTDOWN_CLIENT): the failed worker's
+        # sibling committed and closed instead of taking over the poison record.
+        statuses = wait_until(
+            lambda: (s := app.status()) and not any(x["alive"] for x in s) and s,
+            60,
+            "every worker stopped",
+        )
+        assert sorted(s["state"] for s in statuses) == ["ERROR", "STOPPED"]
         assert app.state == "ERROR"
     finally:
         app.stop()

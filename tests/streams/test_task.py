@@ -20,7 +20,14 @@ from raystream.errors import StreamsError
 from raystream.streams import Windowed
 from raystream.streams.dsl import App
 from raystream.streams.processors import STREAM_TIME, WALL_CLOCK, Processor, Record
-from raystream.streams.task import OutputRecord, Task, TaskId, open_task_stores
+from raystream.streams.task import (
+    OutputRecord,
+    Task,
+    TaskId,
+    decode_stream_time,
+    encode_stream_time,
+    open_task_stores,
+)
 from raystream.streams.windows import (
     JoinWindows,
     SessionWindows,
@@ -340,7 +347,11 @@ def test_a_moved_task_restored_from_its_changelog_continues_exactly(tmp_path: Pa
     stores = open_task_stores(sub, tmp_path / "moved")
     for name, tp in Task(TaskId(0, 0), sub, stores, "app").changelog_partitions().items():
         stores[name].restore(first.changelog[tp])
-    moved = Task(TaskId(0, 0), sub, stores, "app", stream_time_ms=first.tasks[0].stream_time_ms)
+    # Its stream time comes back from the commit metadata the old task's offsets carried.
+    metadata = encode_stream_time(first.tasks[0].stream_time_ms)
+    assert decode_stream_time(metadata) == 19
+    assert decode_stream_time("") == decode_stream_time("a note from elsewhere") == -1
+    moved = Task(TaskId(0, 0), sub, stores, "app", stream_time_ms=decode_stream_time(metadata))
     records = first.records("t", items[5:])
     out += moved.process(records, now_ms=0).outputs
     assert kv(out) == kv(expected)

@@ -149,7 +149,7 @@ def test_offsets_commit_atomically_with_the_output(
     producer = transactional(shared_cluster)
     producer.begin_transaction()
     producer.send(sink, b"out-1")
-    producer.send_offsets_to_transaction({tp: 5}, group)
+    producer.send_offsets_to_transaction({tp: (5, "stream time 42")}, group)
     producer.commit_transaction()
     producer.begin_transaction()
     producer.send(sink, b"out-2")
@@ -166,6 +166,8 @@ def test_offsets_commit_atomically_with_the_output(
     ) as consumer:
         consumer.assign([tp])
         assert consumer.committed(tp) == 5
+        noted = consumer.committed(tp, metadata=True)
+        assert (noted.offset, noted.metadata) == (5, "stream time 42")
 
 
 def test_an_end_carries_the_written_partitions_into_the_next_transaction(
