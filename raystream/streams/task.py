@@ -505,33 +505,6 @@ class _TaskContext:
     def __init__(self, task: Task) -> None:
         self._task = task
 
-    def _reads_arrow(self, source: Node) -> bool:
-        params = source.params
-        if params.get("internal") or len(source.topics) != 1:
-            return False
-        if any(
-            params.get(name) is not None
-            for name in ("key_deserializer", "value_deserializer", "timestamp_extractor")
-        ):
-            return False
-        children = [self.nodes[name] for name in self.children[source.name]]
-        return bool(children) and all(
-            child.op == "map_batches" and child.parents == [source.name] for child in children
-        )
-
-    def _table_sink(self, node: Node) -> Callable[[pa.Table], None] | None:
-        """Where a ``map_batches`` node emits its result table as a whole: its only child
-        is a sink to a user topic without serializers (else None: records)."""
-        children = [self.nodes[name] for name in self.children[node.name]]
-        if len(children) != 1 or children[0].role != "sink":
-            return None
-        sink = children[0]
-        params = sink.params
-        if params.get("internal") or params["key_serializer"] or params["value_serializer"]:
-            return None
-        topic = sink.topics[0]
-        return lambda table: self._result.outputs.append(OutputBatch(topic, table))
-
     @property
     def stream_time_ms(self) -> int:
         return self._task.clock.ms
