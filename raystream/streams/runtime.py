@@ -628,7 +628,8 @@ def _records_of(
         fields = list(value_type)
         chunks = [
             pa.StructArray.from_arrays(
-                [table.column(f.name).combine_chunks() for f in fields], fields=fields
+                [table.column(f.name).cast(f.type).combine_chunks() for f in fields],
+                fields=fields,
             )
         ]
         table = table.append_column("value", pa.chunked_array(chunks, value_type))
