@@ -360,6 +360,12 @@ class KStream(_Handle):
         columns if present (else None and the largest input timestamp), a ``value``
         column if it is the only other one, else a dict of the other columns. ``fn`` may
         change keys, so a later aggregation or join repartitions first.
+
+        Vectorized end to end where it can be: a stream of one topic read as stored (no
+        deserializers or timestamp extractor) straight into ``map_batches`` hands ``fn``
+        the polled Arrow columns themselves (a typed topic's columns keep their schema's
+        types), and a ``map_batches`` followed only by ``to(topic)`` without serializers
+        produces ``fn``'s table with one ``send_batch``.
         """
         _check_callable("map_batches", fn=fn)
         return self._then("KSTREAM-MAPBATCHES", "map_batches", key_changes=True, fn=fn)

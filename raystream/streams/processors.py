@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from raystream.errors import StreamsError
 from raystream.streams.windows import (
     Aggregation,
@@ -217,20 +220,73 @@ class _TableMapValues(_Stateless):
 
 
 class _MapBatches(_Stateless):
-    """Buffers the batch's records and runs ``fn`` over them as one Arrow table."""
+    """Runs ``fn`` over the batch's records as one Arrow table (at ``flush``).
+
+    The input comes as records (buffered, then made into columns ``key``, ``timestamp``
+    and ``value`` or, when every value is a dict, one column per field) or, on the
+    task's Arrow path, as tables in those columns already (``add_table``). The result
+    goes to ``table_sink`` as a whole when the task set one (the node's only child
+    writes to a user topic), else becomes records: ``key`` and ``timestamp`` columns if
+    present (else None and the largest input timestamp), a ``value`` column if it is
+    the only other one, else a dict of the other columns.
+    """
+
+    table_sink: Callable[[pa.Table], None] | None = None
 
     def init(self, context: Context) -> None:
         super().init(context)
         self.buffer: list[Record] = []
+        self.tables: list[pa.Table] = []
 
     def process(self, record: Record) -> None:
         self.buffer.append(record)
 
-    def flush(self) -> None:
-        if not self.buffer:
-            return
-        import pyarrow as pa
+    def add_table(self, table: pa.Table) -> None:
+        """Take a table of records (the Arrow path) for the next ``fn`` call."""
+        self.tables.append(table)
 
+    def flush(self) -> None:
+        if not (self.buffer or self.tables):
+            return
+        if self.tables:
+            tables, self.tables = self.tables, []
+            table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+            latest = pc.max(table.column("timestamp")).as_py()
+        else:
+            table, latest = self._table_of_records()
+        result = self.params["fn"](table)
+        if isinstance(result, pa.RecordBatch):
+            result = pa.Table.from_batches([result])
+        if not isinstance(result, pa.Table):
+            raise StreamsError(
+                f"map_batches: fn must return a pyarrow.Table, got {type(result).__name__} "
+                f"{result!r:.80}"
+            )
+        n = result.num_rows
+        if not n:
+            return
+        if self.table_sink is not None:
+            if "key" not in result.column_names:
+                result = result.append_column("key", pa.nulls(n, pa.binary()))
+            if "timestamp" not in result.column_names:
+                result = result.append_column("timestamp", pa.repeat(pa.scalar(latest), n))
+            self.table_sink(result)
+            return
+        names = result.column_names
+        keys = result.column("key").to_pylist() if "key" in names else [None] * n
+        timestamps = (
+            result.column("timestamp").to_pylist() if "timestamp" in names else [latest] * n
+        )
+        rest = result.drop_columns([c for c in ("key", "timestamp") if c in names])
+        if rest.column_names == ["value"]:
+            values = rest.column("value").to_pylist()
+        else:
+            values = rest.to_pylist()
+        forward = self.context.forward
+        for key, value, timestamp in zip(keys, values, timestamps, strict=True):
+            forward(Record(key, value, timestamp))
+
+    def _table_of_records(self) -> tuple[pa.Table, int]:
         records, self.buffer = self.buffer, []
         columns: dict[str, list[Any]] = {
             "key": [r.key for r in records],
@@ -241,21 +297,7 @@ class _MapBatches(_Stateless):
                 columns[name] = [r.value.get(name) for r in records]
         else:
             columns["value"] = [r.value for r in records]
-        result = self.params["fn"](pa.table(columns))
-        if not isinstance(result, pa.Table | pa.RecordBatch):
-            raise StreamsError(f"map_batches: fn must return a pyarrow.Table, got {result!r}")
-        rows = result.to_pydict()
-        n = result.num_rows
-        keys = rows.pop("key", [None] * n)
-        latest = max(r.timestamp for r in records)
-        timestamps = rows.pop("timestamp", [latest] * n)
-        if list(rows) == ["value"]:
-            values = rows["value"]
-        else:
-            names = list(rows)
-            values = [{name: rows[name][i] for name in names} for i in range(n)]
-        for i in range(n):
-            self.context.forward(Record(keys[i], values[i], timestamps[i]))
+        return pa.table(columns), max(r.timestamp for r in records)
 
 
 class _TableSource(_Stateless):

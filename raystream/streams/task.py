@@ -23,6 +23,17 @@ Example::
     task = Task(TaskId(0, 0), sub, stores, app.application_id)
     result = task.process(consumer.poll_records(), now_ms=clock_ms)
     producer.send each result.outputs; write result.changelog; commit result.offsets
+
+The Arrow path: a source that reads one topic as stored (no deserializers, no timestamp
+extractor, not a repartition topic) and feeds only ``map_batches`` nodes (each with that
+source as its only parent) takes its partition's records as the Arrow table
+``Consumer.poll_arrow`` returns (``process(..., tables=[...])``, see
+:attr:`Task.arrow_topics`): no Python object per record; ``fn`` gets the columns it
+would get from the record path. Such a table counts as one step of the task: its
+records are processed (stream time advances to their largest timestamp, stream-time
+punctuators run once after) before the batch's other records. A ``map_batches`` node
+whose only child writes to a user topic without serializers emits ``fn``'s table as
+one :class:`OutputBatch` (the runtime produces it with ``send_batch``).
 """
 
 from __future__ import annotations
@@ -34,6 +45,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from raystream.errors import RaystreamError, StreamsError
 from raystream.streams.processors import (
@@ -83,12 +97,21 @@ class OutputRecord(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+class OutputBatch(NamedTuple):
+    """A table for the runtime to produce to a user topic as one ``send_batch``: a
+    ``map_batches`` result with ``key`` and ``timestamp`` columns (no per-record work)."""
+
+    topic: str
+    table: pa.Table
+
+
 @dataclass
 class TaskResult:
     """What the runtime must do after a :meth:`Task.process` or :meth:`Task.punctuate`.
 
     Attributes:
-        outputs: Records to produce, in the order they were emitted.
+        outputs: Records (and :class:`OutputBatch` tables) to produce, in the order they
+            were emitted.
         changelog: Per changelog partition (``<application_id>-<store>-changelog``,
             partition = the task's), the store changes ``(key bytes, value bytes or
             None)`` to write, oldest first.
@@ -99,7 +122,7 @@ class TaskResult:
         stream_time_ms: The task's stream time afterwards.
     """
 
-    outputs: list[OutputRecord] = field(default_factory=list)
+    outputs: list[OutputRecord | OutputBatch] = field(default_factory=list)
     changelog: dict[TopicPartition, list[ChangelogRecord]] = field(default_factory=dict)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     dropped_records: int = 0
@@ -128,6 +151,29 @@ def open_store(spec: StoreSpec, backend: Backend) -> Store:
         spec.window_size_ms,
         retain_duplicates=spec.retain_duplicates,
     )
+
+
+def arrow_topics(subtopology: SubTopology) -> frozenset[str]:
+    """The source topics of ``subtopology`` that its tasks take as Arrow tables: read
+    by a source of that one topic, as stored (no deserializers, no timestamp extractor,
+    not a repartition topic), whose children are all ``map_batches`` nodes with that
+    source as their only parent."""
+    children = subtopology.children()
+    nodes = {node.name: node for node in subtopology.nodes}
+    topics = []
+    for source in subtopology.nodes:
+        params = source.params
+        if source.role != "source" or params.get("internal") or len(source.topics) != 1:
+            continue
+        if any(
+            params.get(name) is not None
+            for name in ("key_deserializer", "value_deserializer", "timestamp_extractor")
+        ):
+            continue
+        kids = [nodes[name] for name in children[source.name]]
+        if kids and all(k.op == "map_batches" and k.parents == [source.name] for k in kids):
+            topics.append(source.topics[0])
+    return frozenset(topics)
 
 
 def open_task_stores(
@@ -216,11 +262,28 @@ class Task:
                 processor = build_processor(node)
                 processor.children = self.children[node.name]
                 self._processors[node.name] = processor
+                if node.op == "map_batches":
+                    processor.table_sink = self._table_sink(node)
+        self.arrow_topics = arrow_topics(subtopology)
+        """The source topics whose records the task takes as Arrow tables."""
         context = _TaskContext(self)
         for name, processor in self._processors.items():
             self._current = name
             processor.init(context)
         self._current = None
+
+    def _table_sink(self, node: Node) -> Callable[[pa.Table], None] | None:
+        """Where a ``map_batches`` node emits its result table as a whole: its only child
+        is a sink to a user topic without serializers (else None: records)."""
+        children = [self.nodes[name] for name in self.children[node.name]]
+        if len(children) != 1 or children[0].role != "sink":
+            return None
+        sink = children[0]
+        params = sink.params
+        if params.get("internal") or params["key_serializer"] or params["value_serializer"]:
+            return None
+        topic = sink.topics[0]
+        return lambda table: self._result.outputs.append(OutputBatch(topic, table))
 
     @property
     def stream_time_ms(self) -> int:
@@ -240,17 +303,27 @@ class Task:
             for spec in self.subtopology.stores
         }
 
-    def process(self, records: Iterable[ConsumerRecord], now_ms: int) -> TaskResult:
+    def process(
+        self,
+        records: Iterable[ConsumerRecord],
+        now_ms: int,
+        tables: Iterable[pa.Table] = (),
+    ) -> TaskResult:
         """Process a batch of polled records, then run due wall-clock punctuators.
 
         ``records`` may mix the task's input partitions; each partition's records must
-        be in offset order. Returns what to produce, log and commit.
+        be in offset order. ``tables`` are partitions of :attr:`arrow_topics` as Arrow
+        tables in ``Consumer.poll_arrow``'s layout (topic, partition, offset, timestamp,
+        key, value or a typed topic's columns, headers), one partition each, in offset
+        order; they are processed first. Returns what to produce, log and commit.
 
         Raises:
             StreamsError: a user function failed (naming the node and the record); the
                 task's stores may hold part of the batch's changes, so the runtime must
                 not commit and should restore the task (as after a crash).
         """
+        for table in tables:
+            self._process_table(table)
         queues: dict[TopicPartition, list[ConsumerRecord]] = {}
         for record in records:
             tp = TopicPartition(record.topic, record.partition)
@@ -262,12 +335,45 @@ class Task:
             for record in queue:
                 self._process_one(record)
             self._result.offsets[tp] = queue[-1].offset + 1
-        else:
+        elif queues:
             self._process_merged(queues)
         for name, processor in self._processors.items():
             self._run(name, processor.flush)
         self._punctuate(WALL_CLOCK, now_ms)
         return self._take_result()
+
+    def _process_table(self, table: pa.Table) -> None:
+        """The Arrow path: one partition's records, as a table, to the source's
+        ``map_batches`` children (see the module docstring)."""
+        rows = table.num_rows
+        if not rows:
+            return
+        topic = table.column("topic")[0].as_py()
+        partition = table.column("partition")[0].as_py()
+        tp = TopicPartition(topic, partition)
+        if topic not in self.arrow_topics or partition != self.task_id.partition:
+            raise StreamsError(f"task {self.task_id} does not read {tp} as Arrow tables")
+        source = self._sources[topic]
+        self.processed_records_total += rows
+        self._result.offsets[tp] = table.column("offset")[rows - 1].as_py() + 1
+        timestamps = table.column("timestamp")
+        valid = pc.fill_null(pc.greater_equal(timestamps, 0), False)
+        kept = pc.sum(valid).as_py() or 0
+        if kept < rows:
+            self._dropped("invalid timestamp", rows - kept)  # as the record path
+            table = table.filter(valid)
+            timestamps = table.column("timestamp")
+        if not kept:
+            return
+        names = table.column_names
+        columns = ["key", "timestamp", *names[names.index("key") + 1 : names.index("headers")]]
+        batch = table.select(columns)
+        before = self.clock.ms
+        self.clock.observe(pc.max(timestamps).as_py())
+        for child in self.children[source.name]:
+            self._processors[child].add_table(batch)
+        if self.clock.ms > before:
+            self._punctuate(STREAM_TIME, self.clock.ms)
 
     def _process_merged(self, queues: dict[TopicPartition, list[ConsumerRecord]]) -> None:
         """Process several partitions' records, always the smallest head timestamp next."""
@@ -406,9 +512,9 @@ class Task:
                 self._run(p.node, p.fn, time_ms)
                 p.next_ms = time_ms + p.interval_ms
 
-    def _dropped(self, reason: str) -> None:
-        self.dropped_records[reason] = self.dropped_records.get(reason, 0) + 1
-        self._result.dropped_records += 1
+    def _dropped(self, reason: str, count: int = 1) -> None:
+        self.dropped_records[reason] = self.dropped_records.get(reason, 0) + count
+        self._result.dropped_records += count
 
 
 class _TaskContext:

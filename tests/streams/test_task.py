@@ -17,10 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raystream.errors import StreamsError
+from raystream.records import build_batch, record_schema, to_user_table
 from raystream.streams import Windowed
 from raystream.streams.dsl import App
 from raystream.streams.processors import STREAM_TIME, WALL_CLOCK, Processor, Record
 from raystream.streams.task import (
+    OutputBatch,
     OutputRecord,
     Task,
     TaskId,
@@ -73,7 +75,9 @@ class Runner:
                 for tp, changes in result.changelog.items():
                     self.changelog[tp].extend(changes)
                 for out in result.outputs:
-                    if out.topic in self.app.topology.repartition_topics:
+                    if isinstance(out, OutputBatch):
+                        outputs += rows_of(out)
+                    elif out.topic in self.app.topology.repartition_topics:
                         pending += self.records(out.topic, [(out.key, out.value, out.timestamp)])
                     else:
                         outputs.append(out)
@@ -81,6 +85,27 @@ class Runner:
 
     def feed(self, topic: str, items: list[tuple[Any, Any, int]], now_ms: int = 0) -> list:
         return self.send(self.records(topic, items), now_ms)
+
+
+def rows_of(batch: OutputBatch) -> list[OutputRecord]:
+    """A map_batches result table as the records the record path would emit."""
+    table = batch.table
+    rest = table.drop_columns(["key", "timestamp"])
+    values = (
+        rest.column("value").to_pylist() if rest.column_names == ["value"] else rest.to_pylist()
+    )
+    keys, timestamps = table.column("key").to_pylist(), table.column("timestamp").to_pylist()
+    return [OutputRecord(batch.topic, *row) for row in zip(keys, values, timestamps, strict=True)]
+
+
+def polled_table(
+    topic: str, items: list[tuple[Any, Any, int]], value_schema: pa.Schema | None = None
+) -> pa.Table:
+    """``items`` as ``Consumer.poll_arrow`` returns them: partition 0 from offset 0."""
+    keys, values, timestamps = (list(column) for column in zip(*items, strict=True))
+    batch = build_batch(record_schema(value_schema), keys, values, timestamps, None)
+    stored = pa.Table.from_batches([batch]).append_column("offset", pa.array(range(len(items))))
+    return to_user_table(stored, topic, 0)
 
 
 def kv(outputs: list[OutputRecord]) -> list[tuple[Any, Any]]:
@@ -325,6 +350,78 @@ def test_map_batches_runs_over_the_batch_as_an_arrow_table(tmp_path: Path) -> No
     assert [(o.key, o.value, o.timestamp) for o in out] == [
         (b"k", {"x": i, "y": 2 * i}, 10 + i) for i in range(3)
     ]
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_map_batches_arrow_path_gives_what_the_record_path_gives(
+    tmp_path: Path, typed: bool
+) -> None:
+    seen: list[list[str]] = []
+
+    def scaled(table: pa.Table) -> pa.Table:
+        seen.append(table.column_names)
+        amount = table["x"] if typed else pc.binary_length(table["value"])
+        return pa.table(
+            {
+                "key": table["key"],
+                "timestamp": table["timestamp"],
+                "value": pc.cast(amount, pa.string()),
+            }
+        ).filter(pc.greater(amount, 1))
+
+    def build() -> App:
+        app = App(None, "app")
+        stream = app.stream("in")
+        stream.map_batches(scaled).to("out")  # a user sink: one table output
+        stream.map_batches(scaled).filter(lambda k, v: v != "3").to("filtered")  # records
+        return app
+
+    schema = pa.schema([("x", pa.int64()), ("name", pa.string())]) if typed else None
+    values = [{"x": i, "name": f"n{i}"} if typed else b"v" * i for i in range(5)]
+    items = [(b"k%d" % (i % 2), values[i], 10 + i) for i in range(5)]
+    items[2] = (b"k0", values[2], -1)  # an invalid timestamp: dropped on either path
+    by_records = Runner(build(), tmp_path / "records")
+    expected = by_records.feed("in", items)
+
+    by_tables = Runner(build(), tmp_path / "tables")
+    task = by_tables.tasks[0]
+    assert task.arrow_topics == {"in"}
+    result = task.process([], 0, [polled_table("in", items, schema)])
+    assert isinstance(result.outputs[0], OutputBatch)
+    outputs = [
+        r for o in result.outputs for r in (rows_of(o) if isinstance(o, OutputBatch) else [o])
+    ]
+    assert outputs == expected
+    assert {o.topic for o in outputs} == {"out", "filtered"}
+    assert result.offsets == {TopicPartition("in", 0): 5}
+    assert result.dropped_records == 1 and task.dropped_records == {"invalid timestamp": 1}
+    assert task.stream_time_ms == by_records.tasks[0].stream_time_ms == 14
+    assert task.processed_records_total == 5
+    # fn saw the same columns either way: key, timestamp, then value or the typed fields.
+    columns = ["key", "timestamp", "x", "name"] if typed else ["key", "timestamp", "value"]
+    assert seen == [columns] * 4
+
+
+def test_only_map_batches_sources_read_as_stored_take_the_arrow_path(tmp_path: Path) -> None:
+    app = App(None, "app")
+    app.stream("a").map_batches(lambda t: t).to("out")
+    app.stream("b", value_deserializer=bytes.decode).map_batches(lambda t: t).to("out")
+    app.stream("c").filter(lambda k, v: True).to("out")
+    app.stream(["d", "e"]).map_batches(lambda t: t).to("out")
+    tasks = [Runner(app, tmp_path).tasks[i].arrow_topics for i in range(4)]
+    assert tasks == [{"a"}, set(), set(), set()]
+
+
+def test_map_batches_returning_no_table_is_a_clear_streams_error(
+    tmp_path: Path,
+) -> None:
+    app = App(None, "app")
+    app.stream("in").map_batches(lambda table: table.to_pydict()).to("out")
+    task = Runner(app, tmp_path).tasks[0]
+    with pytest.raises(
+        StreamsError, match=r"map_batches: fn must return a pyarrow.Table, got dict"
+    ):
+        task.process([], 0, [polled_table("in", [(b"k", b"v", 1)])])
 
 
 def test_a_moved_task_restored_from_its_changelog_continues_exactly(tmp_path: Path) -> None:
