@@ -191,11 +191,15 @@ def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
         moved = [t for t in victim["tasks"] if t.startswith("1_")]
         moved_records = sum(ends[int(t.split("_")[1])] for t in moved)
         restored_before = survivor["restored_records_total"]
+        every_task = len(survivor["tasks"]) + len(victim["tasks"])
         chaos.kill_actor(app._runner.workers[1], "streams worker 1", restart=False)
         chaos.verify(min_faults=1)
         survivor = wait_until(
             lambda: (
-                (s := app.status()[0]) and s["state"] == "RUNNING" and len(s["tasks"]) == 6 and s
+                (s := app.status()[0])
+                and s["state"] == "RUNNING"
+                and len(s["tasks"]) == every_task
+                and s
             ),
             60,
             "the survivor runs every task",
