@@ -100,6 +100,7 @@ class StreamsWorkerShell:
             restore_consumer,
             state_dir_of(cluster.data_dir, app.application_id, slot),
             wall_clock_ms,
+            cache_max_bytes=app.cache_max_bytes,
         )
         self._consumer = consumer
         self._stop = threading.Event()

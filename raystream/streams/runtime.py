@@ -12,7 +12,9 @@ sub-topology). It owns a :class:`~raystream.streams.task.Task` per assigned
    punctuators of the others;
 3. produce what the tasks emitted (outputs, then store changes to the changelog
    partitions ``<application_id>-<store>-changelog``, partition = the task's);
-4. every ``commit_interval_ms``, commit:
+4. every ``commit_interval_ms``, commit: first flush each task's record cache (each
+   key's latest update since the last commit goes to the outputs and the changelog,
+   see :mod:`raystream.streams.stores.cache`), then:
 
    - ``at_least_once``: flush the producer (every output and changelog record is
      acknowledged), then commit the input offsets, then flush the stores and write
@@ -107,6 +109,8 @@ class StreamsWorker:
             exactly-once) for reading changelogs.
         state_dir: This worker's directory for task stores (one sub-directory per task).
         clock_ms: Wall-clock milliseconds (for wall-clock punctuation and commits).
+        cache_max_bytes: The record cache budget of this worker, split evenly across
+            its tasks that have table stores (0: no cache, every update forwarded).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class StreamsWorker:
         restore_consumer: Callable[[], Any],
         state_dir: str | os.PathLike[str],
         clock_ms: Callable[[], int],
+        cache_max_bytes: int = 0,
     ) -> None:
         self.application_id = application_id
         self.subtopologies = {sub.id: sub for sub in subtopologies}
@@ -132,6 +137,7 @@ class StreamsWorker:
         self._restore_consumer = restore_consumer
         self.state_dir = Path(state_dir)
         self.clock_ms = clock_ms
+        self.cache_max_bytes = cache_max_bytes
         self.readers: dict[str, list[int]] = {}
         for sub in subtopologies:
             for topic in sub.source_topics:
@@ -250,6 +256,17 @@ class StreamsWorker:
         transaction and resets the tasks (see the module docstring).
         """
         self._last_commit_ms = self.clock_ms()
+        try:
+            for task in list(self.tasks.values()):
+                self._apply(task.flush_cache())
+        except StreamsError:
+            raise
+        except RaystreamError as error:
+            if not self.exactly_once:
+                raise
+            logger.warning("worker %s: transaction failed, aborting: %s", self, error)
+            self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
+            return
         if not self._dirty:
             return
         offsets = dict(self._pending_offsets)
@@ -384,7 +401,7 @@ class StreamsWorker:
         task_dir = self.task_dir(task_id)
         checkpoint = read_checkpoint(task_dir)
         stores = open_task_stores(sub, task_dir)
-        task = Task(task_id, sub, stores, self.application_id)
+        task = Task(task_id, sub, stores, self.application_id, cache_max_bytes=self.cache_max_bytes)
         starts: dict[str, int] = {}
         for name, store in stores.items():
             clean = name in checkpoint and store.persistent
@@ -402,6 +419,7 @@ class StreamsWorker:
             self._changelog_next[tp] = end
             store.flush()
         self.tasks[task_id] = task
+        self._split_cache()
 
     def _restore(self, store: Any, tp: TopicPartition, start: int) -> int:
         """Replay changelog ``tp`` from ``start`` to its end into ``store``; returns the end."""
@@ -424,8 +442,16 @@ class StreamsWorker:
         finally:
             consumer.close(autocommit=False)
 
+    def _split_cache(self) -> None:
+        """Share ``cache_max_bytes`` evenly among the tasks that cache (Kafka splits it
+        among a client's threads); a shrunk cache evicts on its next put."""
+        caching = [task.cache for task in self.tasks.values() if task.cache is not None]
+        for cache in caching:
+            cache.max_bytes = self.cache_max_bytes // len(caching)
+
     def _close_task(self, task_id: TaskId, clean: bool) -> None:
         task = self.tasks.pop(task_id)
+        self._split_cache()
         if clean:
             for store in task.stores.values():
                 store.flush()
@@ -479,7 +505,10 @@ class StreamsWorker:
             for task_id, task in sorted(self.tasks.items()):
                 if store in task.stores and partition in (None, task_id.partition):
                     answers.append(
-                        (str(task_id), getattr(read_only(task.stores[store]), method)(*args))
+                        (
+                            str(task_id),
+                            getattr(read_only(task.queryable_store(store)), method)(*args),
+                        )
                     )
             return answers
 
