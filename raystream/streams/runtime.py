@@ -452,6 +452,13 @@ class StreamsWorker:
     def _close_task(self, task_id: TaskId, clean: bool) -> None:
         task = self.tasks.pop(task_id)
         self._split_cache()
+        if not clean and not self.exactly_once:
+            # at_least_once keeps what was processed, as a store without a cache does
+            # (the consumer may go on from its position): produce the cache's updates.
+            try:
+                self._apply(task.flush_cache())
+            except RaystreamError as error:
+                logger.warning("worker %s: flushing task %s at close: %s", self, task_id, error)
         if clean:
             for store in task.stores.values():
                 store.flush()
