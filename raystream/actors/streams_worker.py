@@ -117,6 +117,7 @@ class StreamsWorkerShell:
             wall_clock_ms,
             num_standby_replicas=app.num_standby_replicas,
             group_assignment=group_assignment,
+            cache_max_bytes=app.cache_max_bytes,
         )
         self._consumer = consumer
         self._stop = threading.Event()

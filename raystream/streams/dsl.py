@@ -58,6 +58,10 @@ class App:
         commit_interval_ms: How often tasks commit (Kafka's ``commit.interval.ms``).
         num_standby_replicas: Warm copies of each task's stores on other workers.
         auto_offset_reset: Where to start input partitions without a committed offset.
+        cache_max_bytes: Record cache budget of each worker (Kafka's
+            ``statestore.cache.max.bytes``), split across its tasks: the tables of
+            aggregations and of ``table()`` forward (and log) only each key's latest
+            update per commit, or sooner when the budget is full. 0: every update at once.
 
     Raises:
         InvalidConfigError: naming the bad argument.
@@ -72,6 +76,7 @@ class App:
         commit_interval_ms: int = 100,
         num_standby_replicas: int = 0,
         auto_offset_reset: str = "earliest",
+        cache_max_bytes: int = 10 * 1024 * 1024,
     ) -> None:
         if not isinstance(application_id, str) or not _LEGAL_ID.match(application_id):
             raise InvalidConfigError(
@@ -87,6 +92,7 @@ class App:
             ("num_workers", num_workers, 1),
             ("commit_interval_ms", commit_interval_ms, 0),
             ("num_standby_replicas", num_standby_replicas, 0),
+            ("cache_max_bytes", cache_max_bytes, 0),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InvalidConfigError(f"{name} must be an int >= {least}, got {value!r}")
@@ -101,6 +107,7 @@ class App:
         self.commit_interval_ms = commit_interval_ms
         self.num_standby_replicas = num_standby_replicas
         self.auto_offset_reset = auto_offset_reset
+        self.cache_max_bytes = cache_max_bytes
         self.topology = Topology(application_id)
         self._runner: Any = None
 

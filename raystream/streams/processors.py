@@ -98,6 +98,11 @@ class Context(Protocol):
         """Count a record the node dropped (late, null key) in the task's metrics."""
         ...
 
+    def caching(self, name: str) -> bool:
+        """Whether store ``name`` is behind the task's record cache, whose flushes
+        forward this node's updates (see :attr:`Processor.cached_store`)."""
+        ...
+
 
 class Processor:
     """A node's record handler; custom processors (``KStream.process``) subclass it.
@@ -110,6 +115,10 @@ class Processor:
     context: Context
     children: list[str]
     """The node's children, in the order they were added (set by the task)."""
+    cached_store: str | None = None
+    """The table store whose updates this node forwards. A task with a record cache
+    puts that store behind it and forwards the store's updates for the node when the
+    cache flushes (``context.caching(name)`` then holds), so the node only writes."""
 
     def init(self, context: Context) -> None:
         """Keep the context; open stores and schedule punctuators here."""
@@ -301,15 +310,24 @@ class _MapBatches(_Stateless):
 
 
 class _TableSource(_Stateless):
-    """Writes each record as the key's row (a None value deletes) and forwards the change."""
+    """Writes each record as the key's row (a None value deletes) and forwards the change
+    (the record cache does, when the store is behind one)."""
 
     def init(self, context: Context) -> None:
         super().init(context)
         self.store = context.store(self.params["store"])
+        self.caching = context.caching(self.params["store"])
+
+    @property
+    def cached_store(self) -> str:  # type: ignore[override]
+        return self.params["store"]
 
     def process(self, record: Record) -> None:
         if record.key is None:
             self.context.record_dropped("null key")
+            return
+        if self.caching:
+            self.store.put(record.key, record.value)
             return
         old = self.store.get(record.key)
         self.store.put(record.key, record.value)
@@ -318,13 +336,15 @@ class _TableSource(_Stateless):
 
 
 class _Aggregate(_Stateless):
-    """count, reduce, aggregate and the column aggregations, windowed or not."""
+    """count, reduce, aggregate and the column aggregations, windowed or not. Behind a
+    record cache it only writes its store; the cache's flushes forward the updates."""
 
     def init(self, context: Context) -> None:
         super().init(context)
         p = self.params
         self.aggregation = Aggregation(p["initializer"], p["aggregator"], p["merger"])
         self.store = context.store(p["store"])
+        self.caching = context.caching(p["store"])
         self.windowed = None
         self.clock = context.clock(p["store"])
         windows = p["windows"]
@@ -338,6 +358,10 @@ class _Aggregate(_Stateless):
             state = WindowStoreState(self.store, windows.size_ms)
             self.windowed = WindowedAggregator(windows, self.aggregation, state)
 
+    @property
+    def cached_store(self) -> str:  # type: ignore[override]
+        return self.params["store"]
+
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:
             self.context.record_dropped("null key or value")  # as Kafka Streams skips them
@@ -347,13 +371,16 @@ class _Aggregate(_Stateless):
             base = self.aggregation.initializer() if old is None else old
             new = self.aggregation.aggregator(record.key, record.value, base)
             self.store.put(record.key, new)
-            self.context.forward(record._replace(value=new, old=old))
+            if not self.caching:
+                self.context.forward(record._replace(value=new, old=old))
             return
         updates = self.windowed.process(
             record.key, record.value, record.timestamp, self.clock.observe(record.timestamp)
         )
         if updates is None:
             self.context.record_dropped("late")
+            return
+        if self.caching:
             return
         for window, old, new in updates:
             self.context.forward(Record(window, new, record.timestamp, record.headers, old))

@@ -17,7 +17,9 @@ sub-topology). It owns a :class:`~raystream.streams.task.Task` per assigned
 3. produce what the tasks emitted (outputs, a ``map_batches`` result table for a user
    topic with one ``send_batch``, then store changes to the changelog partitions
    ``<application_id>-<store>-changelog``, partition = the task's);
-4. every ``commit_interval_ms``, commit:
+4. every ``commit_interval_ms``, commit: first flush each task's record cache (each
+   key's latest update since the last commit goes to the outputs and the changelog,
+   see :mod:`raystream.streams.stores.cache`), then:
 
    - ``at_least_once``: flush the producer (every output and changelog record is
      acknowledged), then commit the input offsets, then flush the stores and write
@@ -145,6 +147,8 @@ class StreamsWorker:
             :mod:`raystream.streams.standby`); they need ``group_assignment``.
         group_assignment: Returns the group's ``(generation, {member id: partitions})``
             as the coordinator describes it, to place standbys.
+        cache_max_bytes: The record cache budget of this worker, split evenly across
+            its tasks that have table stores (0: no cache, every update forwarded).
     """
 
     def __init__(
@@ -160,6 +164,7 @@ class StreamsWorker:
         clock_ms: Callable[[], int],
         num_standby_replicas: int = 0,
         group_assignment: Callable[[], tuple[int, dict[str, list[TopicPartition]]]] | None = None,
+        cache_max_bytes: int = 0,
     ) -> None:
         self.application_id = application_id
         self.subtopologies = {sub.id: sub for sub in subtopologies}
@@ -172,6 +177,7 @@ class StreamsWorker:
         self._restore_consumer = restore_consumer
         self.state_dir = Path(state_dir)
         self.clock_ms = clock_ms
+        self.cache_max_bytes = cache_max_bytes
         self.readers: dict[str, list[int]] = {}
         for sub in subtopologies:
             for topic in sub.source_topics:
@@ -391,6 +397,17 @@ class StreamsWorker:
         transaction and resets the tasks (see the module docstring).
         """
         self._last_commit_ms = self.clock_ms()
+        try:
+            for task in list(self.tasks.values()):
+                self._apply(task.flush_cache())
+        except StreamsError:
+            raise
+        except RaystreamError as error:
+            if not self.exactly_once:
+                raise
+            logger.warning("worker %s: transaction failed, aborting: %s", self, error)
+            self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
+            return
         if not self._dirty:
             return
         offsets = self._with_stream_time(self._pending_offsets)
@@ -555,7 +572,14 @@ class StreamsWorker:
         stores = open_task_stores(sub, task_dir)
         inputs = [TopicPartition(t, task_id.partition) for t in sub.source_topics]
         stream_time_ms = self._committed_stream_time(inputs)
-        task = Task(task_id, sub, stores, self.application_id, stream_time_ms)
+        task = Task(
+            task_id,
+            sub,
+            stores,
+            self.application_id,
+            stream_time_ms,
+            cache_max_bytes=self.cache_max_bytes,
+        )
         starts = restore_starts(stores, checkpoint, self.processing_guarantee)
         if self.exactly_once and stores:
             write_checkpoint(task_dir, {})  # dirty while it runs (see the module doc)
@@ -566,6 +590,7 @@ class StreamsWorker:
             self._changelog_next[tp] = end
             store.flush()
         self.tasks[task_id] = task
+        self._split_cache()
 
     def _restore(self, store: Any, tp: TopicPartition, start: int) -> int:
         """Replay changelog ``tp`` from ``start`` to its end into ``store``; returns the end."""
@@ -588,8 +613,23 @@ class StreamsWorker:
         finally:
             consumer.close(autocommit=False)
 
+    def _split_cache(self) -> None:
+        """Share ``cache_max_bytes`` evenly among the tasks that cache (Kafka splits it
+        among a client's threads); a shrunk cache evicts on its next put."""
+        caching = [task.cache for task in self.tasks.values() if task.cache is not None]
+        for cache in caching:
+            cache.max_bytes = self.cache_max_bytes // len(caching)
+
     def _close_task(self, task_id: TaskId, clean: bool) -> None:
         task = self.tasks.pop(task_id)
+        self._split_cache()
+        if not clean and not self.exactly_once:
+            # at_least_once keeps what was processed, as a store without a cache does
+            # (the consumer may go on from its position): produce the cache's updates.
+            try:
+                self._apply(task.flush_cache())
+            except RaystreamError as error:
+                logger.warning("worker %s: flushing task %s at close: %s", self, task_id, error)
         if clean:
             for store in task.stores.values():
                 store.flush()
@@ -644,7 +684,10 @@ class StreamsWorker:
             for task_id, task in sorted(self.tasks.items()):
                 if store in task.stores and partition in (None, task_id.partition):
                     answers.append(
-                        (str(task_id), getattr(read_only(task.stores[store]), method)(*args))
+                        (
+                            str(task_id),
+                            getattr(read_only(task.queryable_store(store)), method)(*args),
+                        )
                     )
             return answers
 

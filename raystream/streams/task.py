@@ -60,11 +60,13 @@ from raystream.streams.processors import (
 from raystream.streams.serde import decode_key, encode_key
 from raystream.streams.stores import (
     Backend,
+    CachingStore,
     ChangelogRecord,
     KeyValueStore,
     LmdbBackend,
     SessionStore,
     Store,
+    TaskCache,
     WindowStore,
     changelog_topic,
     must_wipe_on_open,
@@ -216,11 +218,18 @@ class Task:
             already restored from its changelog.
         application_id: Names the changelog topics.
         stream_time_ms: Stream time to resume from (-1: none seen).
+        cache_max_bytes: The budget of the task's record cache (Kafka's
+            ``statestore.cache.max.bytes``, see :mod:`raystream.streams.stores.cache`):
+            > 0 puts the stores of the table nodes (aggregations, a topic's table)
+            behind it, so a key's updates between two :meth:`flush_cache` calls are
+            forwarded and logged once; 0 forwards and logs every update at once.
 
     Attributes:
         dropped_records: Records dropped so far, by reason ("late", "null key", ...):
             Kafka Streams' ``dropped-records`` metric.
         processed_records_total: Input records processed so far.
+        cache: The record cache (None when ``cache_max_bytes`` is 0); the runtime may
+            change its ``max_bytes``.
 
     Raises:
         StreamsError: a store the sub-topology needs is missing.
@@ -233,6 +242,7 @@ class Task:
         stores: Mapping[str, Any],
         application_id: str,
         stream_time_ms: int = -1,
+        cache_max_bytes: int = 0,
     ) -> None:
         missing = [spec.name for spec in subtopology.stores if spec.name not in stores]
         if missing:
@@ -256,6 +266,7 @@ class Task:
         self._clocks: dict[str, StreamTime] = {}
         self._result = TaskResult()
         self._current: str | None = None
+        self._record: Record | None = None  # the record the current node is processing
         self._processors: dict[str, Processor] = {}
         for node in subtopology.nodes:
             if node.role == "processor":
@@ -266,6 +277,15 @@ class Task:
                     processor.table_sink = self._table_sink(node)
         self.arrow_topics = arrow_topics(subtopology)
         """The source topics whose records the task takes as Arrow tables."""
+        self.cache = TaskCache(cache_max_bytes) if cache_max_bytes > 0 else None
+        self._cached: dict[str, CachingStore] = {}
+        if self.cache is not None:
+            for name, processor in self._processors.items():
+                store = processor.cached_store
+                if store is not None and store not in self._cached:
+                    self._cached[store] = self.cache.wrap(
+                        self.stores[store], self._record_context, self._flush_forwarder(name)
+                    )
         context = _TaskContext(self)
         for name, processor in self._processors.items():
             self._current = name
@@ -393,8 +413,31 @@ class Task:
         self._punctuate(WALL_CLOCK, now_ms)
         return self._take_result()
 
+    def flush_cache(self) -> TaskResult:
+        """Flush the record cache: write each key's latest update to its store (and the
+        changelog) and forward it downstream. The runtime calls it at every commit,
+        before committing, and produces what it returns.
+
+        Raises:
+            StreamsError: a downstream user function failed (as for :meth:`process`).
+        """
+        if self.cache is not None:
+            self.cache.flush()
+        return self._take_result()
+
+    def queryable_store(self, name: str) -> Any:
+        """Store ``name`` as interactive queries read it: through the record cache.
+
+        Raises:
+            KeyError: the task has no such store.
+        """
+        cached = self._cached.get(name)
+        return self.stores[name] if cached is None else cached
+
     def close(self) -> None:
-        """Flush and close the task's stores (the task is done, or moves away)."""
+        """Flush and close the task's stores (the task is done, or moves away). Updates
+        still in the record cache are dropped: a clean close follows a commit, which
+        flushed them."""
         for store in self.stores.values():
             store.close()
 
@@ -460,7 +503,7 @@ class Task:
             self._punctuate(STREAM_TIME, self.clock.ms)
 
     def _forward(self, record: Record, child: str | None) -> None:
-        parent = self._current
+        parent, context = self._current, self._record
         assert parent is not None
         targets = self.children[parent] if child is None else [child]
         for name in targets:
@@ -469,8 +512,34 @@ class Task:
             if node.role == "sink":
                 self._emit(node, record)
             else:
+                self._record = record
                 self._processors[name].process(record)
-        self._current = parent
+        self._current, self._record = parent, context
+
+    def _record_context(self) -> tuple[int, tuple[tuple[str, bytes], ...]]:
+        """Timestamp and headers of the record being processed (a cache entry's)."""
+        record = self._record
+        return (self.clock.ms, ()) if record is None else (record.timestamp, record.headers)
+
+    def _flush_forwarder(self, node: str) -> Callable[..., None]:
+        """What the cache of ``node``'s store calls per flushed entry: forward it as a
+        table change from ``node`` (during a commit, or an eviction inside a put)."""
+
+        def forward(key: Any, value: Any, old: Any, timestamp: int, headers: Any) -> None:
+            previous, self._current = self._current, node
+            try:
+                self._forward(Record(key, value, timestamp, headers, old), None)
+            except RaystreamError:
+                raise
+            except Exception as e:
+                raise StreamsError(
+                    f"task {self.task_id}: node {self._current} failed on an update of "
+                    f"{node} flushed from the record cache: {e!r}"
+                ) from e
+            finally:
+                self._current = previous
+
+        return forward
 
     def _emit(self, node: Node, record: Record) -> None:
         topic = node.topics[0]
@@ -536,7 +605,7 @@ class _TaskContext:
 
     def store(self, name: str) -> Any:
         try:
-            return self._task.stores[name]
+            return self._task.queryable_store(name)
         except KeyError:
             raise StreamsError(f"task {self._task.task_id}: no store named {name!r}") from None
 
@@ -560,6 +629,9 @@ class _TaskContext:
 
     def record_dropped(self, reason: str) -> None:
         self._task._dropped(reason)
+
+    def caching(self, name: str) -> bool:
+        return name in self._task._cached
 
 
 _STREAM_TIME_PREFIX = "streams:v1:stream_time_ms="

@@ -5,10 +5,12 @@ Each store is local to one task and keeps bytes in a sorted engine, in memory
 change is recorded for the store's compacted changelog topic
 ``<application_id>-<store>-changelog`` (``drain_changelog()``); a task that moves rebuilds
 its stores from that changelog (``restore(records)``) before it processes anything,
-starting at the offset of the task's checkpoint file.
+starting at the offset of the task's checkpoint file. A task's table stores may sit
+behind its record cache (:class:`TaskCache`), which folds a key's updates between commits.
 """
 
 from raystream.streams.stores.base import Store
+from raystream.streams.stores.cache import CachingStore, TaskCache
 from raystream.streams.stores.changelog import (
     CHECKPOINT_FILE,
     ChangelogRecord,
@@ -31,6 +33,7 @@ from raystream.streams.stores.window import WindowStore
 __all__ = [
     "CHECKPOINT_FILE",
     "Backend",
+    "CachingStore",
     "ChangelogRecord",
     "Engine",
     "KeyValueStore",
@@ -41,6 +44,7 @@ __all__ = [
     "ReadOnlyWindowView",
     "SessionStore",
     "Store",
+    "TaskCache",
     "WindowStore",
     "changelog_topic",
     "must_wipe_on_open",

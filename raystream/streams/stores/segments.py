@@ -143,6 +143,10 @@ class SegmentedStore(Store):
         return self._segments.retention_ms
 
     @property
+    def segment_interval_ms(self) -> int:
+        return self._segments.segment_interval_ms
+
+    @property
     def observed_stream_time_ms(self) -> int:
         """The latest entry time seen (a very negative number before any)."""
         return self._segments.stream_time_ms

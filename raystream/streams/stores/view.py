@@ -10,6 +10,7 @@ from typing import Any
 
 from raystream.errors import InvalidRequestError
 from raystream.streams.stores.base import Store
+from raystream.streams.stores.cache import CachingStore
 from raystream.streams.stores.kv import KeyValueStore
 from raystream.streams.stores.session import SessionStore
 from raystream.streams.stores.window import WindowStore
@@ -92,12 +93,14 @@ class ReadOnlySessionView:
 ReadOnlyView = ReadOnlyKeyValueView | ReadOnlyWindowView | ReadOnlySessionView
 
 
-def read_only(store: Store) -> ReadOnlyView:
-    """The read-only view that fits ``store``."""
-    if isinstance(store, KeyValueStore):
-        return ReadOnlyKeyValueView(store)
-    if isinstance(store, WindowStore):
-        return ReadOnlyWindowView(store)
-    if isinstance(store, SessionStore):
-        return ReadOnlySessionView(store)
+def read_only(store: Store | CachingStore) -> ReadOnlyView:
+    """The read-only view that fits ``store`` (a caching store's view reads through its
+    cache: queries see updates not flushed yet)."""
+    kind = store.wrapped if isinstance(store, CachingStore) else store
+    if isinstance(kind, KeyValueStore):
+        return ReadOnlyKeyValueView(store)  # type: ignore[arg-type]
+    if isinstance(kind, WindowStore):
+        return ReadOnlyWindowView(store)  # type: ignore[arg-type]
+    if isinstance(kind, SessionStore):
+        return ReadOnlySessionView(store)  # type: ignore[arg-type]
     raise InvalidRequestError(f"no read-only view for a {type(store).__name__}")
