@@ -13,7 +13,9 @@ sub-topology). It owns a :class:`~raystream.streams.task.Task` per assigned
    partitions go to their tasks as table slices and the other partitions' records are
    made from the table column by column; else as records (``poll``);
 2. give each task its partitions' records (``Task.process``), and run the wall-clock
-   punctuators of the others;
+   punctuators of the others; a task reading several partitions processes its records
+   in timestamp order only as far as each partition not caught up has records, and
+   holds the rest (``task.processable``);
 3. produce what the tasks emitted (outputs, a ``map_batches`` result table for a user
    topic with one ``send_batch``, then store changes to the changelog partitions
    ``<application_id>-<store>-changelog``, partition = the task's);
@@ -97,6 +99,7 @@ from raystream.streams.task import (
     decode_stream_time,
     encode_stream_time,
     open_task_stores,
+    processable,
     restore_starts,
 )
 from raystream.streams.topology import SubTopology
@@ -201,6 +204,7 @@ class StreamsWorker:
         self._last_commit_ms = clock_ms()
         self._next_lag_ms = 0
         self._lags: dict[TaskId, int] = {}
+        self._held: dict[TaskId, list[ConsumerRecord]] = {}  # see task.processable
         self._queries: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._lock = threading.Lock()
         self.num_standby_replicas = num_standby_replicas if group_assignment else 0
@@ -253,6 +257,13 @@ class StreamsWorker:
             for task_id, task in list(self.tasks.items()):
                 records = batches.get(task_id, ())
                 slices = tables.get(task_id, ())
+                held = self._held.pop(task_id, None)
+                if held is not None:
+                    records = held + list(records)
+                if records and len(task.input_partitions()) > 1:
+                    records, wait = processable(records, task.input_partitions(), self._caught_up)
+                    if wait:
+                        self._held[task_id] = wait  # processed once the others' records come
                 if records or slices:
                     result = task.process(records, now_ms, slices)
                 else:
@@ -276,6 +287,15 @@ class StreamsWorker:
             self.standbys.checkpoint()
             self.commit()
         return count
+
+    def _caught_up(self, tp: TopicPartition) -> bool:
+        """Whether every record of ``tp`` fetched so far was returned (its fetched high
+        watermark reached); True for a partition no longer assigned here."""
+        try:
+            highwater = self.consumer.highwater(tp)
+            return highwater is not None and self.consumer.position(tp) >= highwater
+        except RaystreamError:
+            return True
 
     def _place_standbys(self, now_ms: int) -> None:
         """Once per generation, read the group's assignment and hold the standbys
@@ -622,6 +642,7 @@ class StreamsWorker:
 
     def _close_task(self, task_id: TaskId, clean: bool) -> None:
         task = self.tasks.pop(task_id)
+        self._held.pop(task_id, None)  # not processed, so not committed: read again
         self._split_cache()
         if not clean and not self.exactly_once:
             # at_least_once keeps what was processed, as a store without a cache does

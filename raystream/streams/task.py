@@ -634,6 +634,49 @@ class _TaskContext:
         return name in self._task._cached
 
 
+def processable(
+    records: Iterable[ConsumerRecord],
+    partitions: Iterable[TopicPartition],
+    caught_up: Callable[[TopicPartition], bool],
+) -> tuple[list[ConsumerRecord], list[ConsumerRecord]]:
+    """Split a multi-partition task's records into ``(process now, hold)``.
+
+    The task processes the smallest head timestamp first across its partitions (see
+    :meth:`Task.process`); that order is only right while every partition has records
+    buffered, or has none to come (``caught_up``: its fetched high watermark reached).
+    So, as Kafka Streams' ``PartitionGroup`` does (KIP-695, ``max.task.idle.ms`` 0), the
+    merge stops when a partition that is not caught up runs out of records, and the rest
+    waits for its next records. Without this, a stream-table join started over a filled
+    table topic would process the first stream records before the table's rows arrive
+    (and drop them), and a merge would emit out of timestamp order. Each partition's
+    records stay in offset order; what is processed is a prefix of each.
+    """
+    queues: dict[TopicPartition, list[ConsumerRecord]] = {tp: [] for tp in partitions}
+    for record in records:
+        queues.setdefault(TopicPartition(record.topic, record.partition), []).append(record)
+    waiting = {tp: not caught_up(tp) for tp, queue in queues.items() if not queue}
+    if any(waiting.values()):
+        return [], [r for queue in queues.values() for r in queue]
+    taken = dict.fromkeys(queues, 0)
+    heap = [(q[0].timestamp, i, tp) for i, (tp, q) in enumerate(queues.items()) if q]
+    heapq.heapify(heap)
+    dry: dict[TopicPartition, bool] = {}
+    while heap:
+        _, i, tp = heapq.heappop(heap)
+        queue = queues[tp]
+        taken[tp] += 1
+        if taken[tp] < len(queue):
+            heapq.heappush(heap, (queue[taken[tp]].timestamp, i, tp))
+            continue
+        if tp not in dry:
+            dry[tp] = not caught_up(tp)
+        if dry[tp]:
+            break  # its next record may come before every head left: wait for it
+    now = [r for tp, queue in queues.items() for r in queue[: taken[tp]]]
+    later = [r for tp, queue in queues.items() for r in queue[taken[tp] :]]
+    return now, later
+
+
 _STREAM_TIME_PREFIX = "streams:v1:stream_time_ms="
 
 

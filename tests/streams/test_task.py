@@ -29,6 +29,7 @@ from raystream.streams.task import (
     decode_stream_time,
     encode_stream_time,
     open_task_stores,
+    processable,
 )
 from raystream.streams.windows import (
     JoinWindows,
@@ -569,3 +570,30 @@ def test_windows_close_on_the_stream_time_of_the_records_that_reach_them(
     assert runner.feed("t", [("k", "a", 1), ("k", "skip", 100), ("k", "a", 5)]) == []
     assert runner.tasks[0].stream_time_ms == 100
     assert kv(runner.feed("t", [("k", "a", 20)])) == [(Windowed("k", 0, 10), 2)]
+
+
+def _records(topic: str, timestamps: list[int]) -> list[ConsumerRecord]:
+    return [ConsumerRecord(topic, 0, i, ts, 0, b"k", b"v", ()) for i, ts in enumerate(timestamps)]
+
+
+def test_a_multi_partition_task_waits_for_a_partition_that_has_records_to_come() -> None:
+    """KIP-695: the merge by timestamp stops where a partition not caught up runs dry."""
+    table, stream = TopicPartition("table", 0), TopicPartition("stream", 0)
+    orders = _records("stream", [10, 11, 12])
+
+    def caught_up(tp: TopicPartition) -> bool:
+        return tp != table
+
+    # The table has records to come and none here: every order waits.
+    assert processable(orders, [table, stream], caught_up) == ([], orders)
+    # Its first rows came (timestamps 0 and 11): the orders up to its last row go, the
+    # rest waits for the table's next rows, which may come before them.
+    rows = _records("table", [0, 11])
+    now, later = processable(rows + orders, [table, stream], caught_up)
+    assert [(r.topic, r.timestamp) for r in now] == [("table", 0), ("table", 11), ("stream", 10)]
+    assert later == orders[1:]
+    # Caught up: nothing more to come, everything goes, each partition in offset order.
+    now, later = processable(rows + orders, [table, stream], lambda tp: True)
+    assert now == rows + orders and later == []
+    # A stream without a table record here, with the table caught up, goes at once.
+    assert processable(orders, [table, stream], lambda tp: True) == (orders, [])
