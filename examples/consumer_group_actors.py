@@ -33,7 +33,7 @@ def produce_clicks(cluster: rs.Cluster, count: int) -> None:
         producer.send_batch("clicks", pa.table({"key": users, "value": [b"/home"] * count}))
 
 
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 120) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
