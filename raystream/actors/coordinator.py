@@ -186,9 +186,7 @@ class GroupCoordinator:
                     continue
                 table, after = answer.decode()
                 if table.num_rows:
-                    skipped = self._store.replay(
-                        table, time.monotonic(), offsets_only=not loading
-                    )
+                    skipped = self._store.replay(table, time.monotonic(), offsets_only=not loading)
                     _report(partition, skipped)
                 position = max(after, self._positions[partition])
                 self._positions[partition] = position
