@@ -269,13 +269,8 @@ class StreamsWorker:
                 else:
                     result = task.punctuate(now_ms)
                 self._apply(result)
-        except StreamsError:
-            raise
         except RaystreamError as error:
-            if not self.exactly_once:
-                raise
-            logger.warning("worker %s: transaction failed, aborting: %s", self, error)
-            self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
+            self._recover(error)
             return 0
         self.processed_records_total += count
         if count:
@@ -287,6 +282,15 @@ class StreamsWorker:
             self.standbys.checkpoint()
             self.commit()
         return count
+
+    def _recover(self, error: RaystreamError) -> None:
+        """Producing a task's result failed: a user function's StreamsError, and any
+        error under at_least_once, go up to the worker's loop; under exactly_once the
+        transaction is aborted and the tasks reset (see :meth:`_abort_and_reset`)."""
+        if isinstance(error, StreamsError) or not self.exactly_once:
+            raise error
+        logger.warning("worker %s: transaction failed, aborting: %s", self, error)
+        self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
 
     def _caught_up(self, tp: TopicPartition) -> bool:
         """Whether every record of ``tp`` fetched so far was returned (its fetched high
@@ -420,13 +424,8 @@ class StreamsWorker:
         try:
             for task in list(self.tasks.values()):
                 self._apply(task.flush_cache())
-        except StreamsError:
-            raise
         except RaystreamError as error:
-            if not self.exactly_once:
-                raise
-            logger.warning("worker %s: transaction failed, aborting: %s", self, error)
-            self._abort_and_reset(fenced=isinstance(error, ProducerFencedError))
+            self._recover(error)
             return
         if not self._dirty:
             return

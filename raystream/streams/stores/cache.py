@@ -461,17 +461,7 @@ class CachingSessionStore(_CachingSegmentedStore):
         self._by_key: dict[bytes, dict[bytes, None]] = {}
 
     def _store_key(self, session: Windowed) -> bytes:
-        if not isinstance(session, Windowed):
-            raise InvalidRequestError(
-                f"a session store key is a Windowed, got {type(session).__name__}"
-            )
-        if session.start_ms > session.end_ms:
-            raise InvalidRequestError(f"session {session} starts after it ends")
-        return (
-            self.wrapped.key_serde.serialize(session.key)
-            + encode_timestamp(session.end_ms)
-            + encode_timestamp(session.start_ms)
-        )
+        return self.wrapped.store_key(session)
 
     def _added(self, store_key: bytes) -> None:
         self._by_key.setdefault(store_key[:-16], {})[store_key] = None

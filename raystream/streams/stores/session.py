@@ -53,7 +53,9 @@ class SessionStore(SegmentedStore):
             name, backend, retention_ms, segment_interval_ms, key_serde, value_serde, logging
         )
 
-    def _store_key(self, session: Windowed) -> bytes:
+    def store_key(self, session: Windowed) -> bytes:
+        """The bytes ``session`` is filed under: key, end, start (a caching store in
+        front of this one files its entries the same way)."""
         if not isinstance(session, Windowed):
             raise InvalidRequestError(
                 f"a session store key is a Windowed, got {type(session).__name__}"
@@ -70,7 +72,7 @@ class SessionStore(SegmentedStore):
         """Set the value of ``session``; ``None`` removes it. A put of an expired session
         is dropped."""
         self._check_open()
-        store_key = self._store_key(session)
+        store_key = self.store_key(session)
         vb = None if value is None else self.value_serde.serialize(value)
         if self._write(store_key, vb, session.end_ms):
             self._log(store_key, vb)
@@ -83,7 +85,7 @@ class SessionStore(SegmentedStore):
         """The value of exactly ``session`` (None if none or expired)."""
         self._check_open()
         engine = self._segments.existing(session.end_ms)
-        raw = None if engine is None else engine.get(self._store_key(session))
+        raw = None if engine is None else engine.get(self.store_key(session))
         return None if raw is None else self.value_serde.deserialize(raw)
 
     def find_sessions(
