@@ -260,8 +260,9 @@ class StreamsWorker:
                 held = self._held.pop(task_id, None)
                 if held is not None:
                     records = held + list(records)
-                if records and len(task.input_partitions()) > 1:
-                    records, wait = processable(records, task.input_partitions(), self._caught_up)
+                inputs = task.input_partitions()
+                if records and len(inputs) > 1:
+                    records, wait = processable(records, inputs, self._caught_up)
                     if wait:
                         self._held[task_id] = wait  # processed once the others' records come
                 if records or slices:
