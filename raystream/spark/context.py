@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 import os
+import subprocess
 import sys
 import weakref
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import ray
 import raydp
+from pyspark import java_gateway
 from pyspark.sql import DataFrame, SparkSession
 
 from raystream.client.cluster import Cluster, connect
@@ -157,7 +159,7 @@ def session(
     for key in JAVA_OPTION_KEYS:
         settings[key] = f"{JAVA_17_OPTIONS} {settings.get(key, '')}".strip()
     try:
-        with _python_workers_on(sys.executable):
+        with _python_workers_on(sys.executable), _jvm_spawned_without_preexec_fn():
             spark = raydp.init_spark(
                 app_name,
                 num_executors,
@@ -212,6 +214,32 @@ def attachment(spark: SparkSession) -> Attachment:
     if found is None:
         found = _attachments[spark] = Attachment(connect())
     return found
+
+
+@contextlib.contextmanager
+def _jvm_spawned_without_preexec_fn() -> Iterator[None]:
+    """Start Spark's driver JVM in a session of its own instead of through ``preexec_fn``.
+
+    PySpark launches ``spark-submit`` with a ``preexec_fn`` that ignores SIGINT, so
+    Ctrl-C in a notebook does not kill the JVM. A ``preexec_fn`` runs Python in the
+    forked child before ``exec``, which Python documents as unsafe in a process with
+    threads: a Ray driver has dozens, and CI saw the child hang there for the whole
+    test timeout. ``start_new_session`` keeps terminal signals from the JVM the same
+    way, done in C between fork and exec; the JVM still exits when its stdin pipe to
+    this process closes, as before.
+    """
+    original = java_gateway.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen:
+        if kwargs.pop("preexec_fn", None) is not None:
+            kwargs["start_new_session"] = True
+        return original(*args, **kwargs)
+
+    java_gateway.Popen = popen
+    try:
+        yield
+    finally:
+        java_gateway.Popen = original
 
 
 @contextlib.contextmanager

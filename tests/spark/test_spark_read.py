@@ -169,3 +169,17 @@ def test_release_frees_a_snapshot_once(spark: Any, spark_topic: Callable[..., st
     df = rs.spark.read_topic(spark, spark_topic())
     assert rs.spark.release(df) is True
     assert rs.spark.release(df) is False
+
+
+def test_the_driver_jvm_runs_in_a_session_of_its_own(spark: Any) -> None:
+    """Started with ``start_new_session`` instead of PySpark's ``preexec_fn`` (which runs
+    Python between fork and exec in a threaded Ray driver), and still a child of ours."""
+    import os
+    from subprocess import Popen
+
+    from pyspark import SparkContext, java_gateway
+
+    jvm = SparkContext._gateway.proc
+    assert os.getsid(jvm.pid) == jvm.pid != os.getsid(0)
+    assert jvm.poll() is None
+    assert java_gateway.Popen is Popen
