@@ -151,6 +151,12 @@ class BrokerConfig(KafkaConfig):
             topic creations and partition additions beyond it are refused up front. 0
             (the default) derives it from each node's memory (about 128 MiB per
             replica: see :func:`raystream.controller.placement.replica_limits`).
+        listeners: Kafka-protocol listeners, one actor per Ray node, for unmodified
+            Kafka clients and tools (``PLAINTEXT://127.0.0.1:9092``; host ``node``: the
+            node's address; port 0: any free port). Empty (the default): none. See
+            :mod:`raystream.kafka.listeners`.
+        advertised_listeners: what Metadata answers tell Kafka clients to connect to,
+            when that differs from ``listeners`` (NAT, a proxy). Empty: as bound.
     """
 
     data_dir: str = ""
@@ -168,8 +174,22 @@ class BrokerConfig(KafkaConfig):
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 1000
     listener_host: str = "127.0.0.1"
     max_replicas_per_node: int = 0
+    listeners: str = ""
+    advertised_listeners: str = ""
 
     def __post_init__(self) -> None:
+        from raystream.kafka.listeners import parse_listeners
+
+        bound = {s.protocol for s in parse_listeners(self.listeners, "listeners")}
+        advertised = parse_listeners(self.advertised_listeners, "advertised_listeners")
+        for spec in advertised:
+            require(
+                spec.protocol in bound,
+                "broker config",
+                "advertised_listeners",
+                self.advertised_listeners,
+                f"advertises {spec.protocol}, which listeners does not open",
+            )
         require(
             self.max_replicas_per_node >= 0,
             "broker config",

@@ -198,7 +198,8 @@ class PartitionMetadata:
     """What a client caches about one partition: its leader and how to reach it.
 
     ``leader_node`` is the Ray node id the leader runs on (None while offline), so
-    readers can be scheduled next to the data they fetch.
+    readers can be scheduled next to the data they fetch; ``nodes`` maps each replica
+    id to its node (the Kafka listener names replicas by their nodes' broker ids).
     """
 
     topic: str
@@ -209,6 +210,7 @@ class PartitionMetadata:
     isr: list[int]
     leader_handle: Any = None
     leader_node: str | None = None
+    nodes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ and talk to replicas directly, so produce and fetch continue while it restarts.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -29,6 +30,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
+from raystream.actors.kafka_listener import KafkaListenerActor, listener_actor_name
 from raystream.actors.liveness import ActorStateWatch, actor_state
 from raystream.actors.replica import ReplicaActor
 from raystream.actors.txn_coordinator import (
@@ -65,6 +67,7 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
+from raystream.kafka.listeners import parse_listeners
 from raystream.log import Log, LogConfig
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
@@ -79,6 +82,10 @@ logger = logging.getLogger(__name__)
 METADATA_DIR = "__cluster_metadata-0"
 PRODUCER_ID_BLOCK_KEY = b"@producer-id-block"
 """Metadata-log key of the reserved producer-id block end ('@' is in no topic name)."""
+BROKER_IDS_KEY = b"@kafka-broker-ids"
+"""Metadata-log key of the Kafka broker id of each Ray node that ran a listener (a JSON
+object): ids are kept for life, so Kafka clients' cached broker ids stay right across
+controller restarts."""
 REPLICA_READY_TIMEOUT_S = 120
 """How long a topic creation (or partition addition) waits for its replicas by default
 (Kafka's CreateTopics ``timeout_ms``) before it is rolled back."""
@@ -226,7 +233,9 @@ class Controller:
             os.path.join(self.broker.data_dir, METADATA_DIR),
             LogConfig(cleanup_policy="compact", segment_bytes=16 << 20),
         )
-        self.topics, producer_id_end = self._replay()
+        self.topics, producer_id_end, self._broker_ids = self._replay()
+        self._listeners: dict[int, dict[str, Any]] = {}
+        self._listener_specs = parse_listeners(self.broker.listeners)
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
         # A node id keeps its address for life, dead or alive: cached, and a node id
@@ -248,6 +257,7 @@ class Controller:
         for topic in self.topics.values():
             self._start_replicas(topic, list(range(len(topic.visible_partitions()))))
         self._creations: dict[str, _Creation] = {}
+        self._listeners_started = False
         self._stopping = threading.Event()
         self._health = Liveness()
         self._wake = threading.Event()  # set by a crash, a report, or shutdown
@@ -265,10 +275,12 @@ class Controller:
 
     # --------------------------------------------------------------- metadata log
 
-    def _replay(self) -> tuple[dict[str, TopicState], int]:
-        """Rebuild the topics and the reserved producer-id block end from the log."""
+    def _replay(self) -> tuple[dict[str, TopicState], int, dict[str, int]]:
+        """Rebuild the topics, the reserved producer-id block end and the Kafka broker
+        ids of nodes from the log."""
         topics: dict[str, TopicState] = {}
         producer_id_end = 0
+        broker_ids: dict[str, int] = {}
         offset = self._log.log_start_offset
         while offset < self._log.log_end_offset:
             table = self._log.read(offset, max_bytes=64 << 20)
@@ -284,6 +296,9 @@ class Controller:
                     if key == PRODUCER_ID_BLOCK_KEY:
                         producer_id_end = int(value)
                         continue
+                    if key == BROKER_IDS_KEY:
+                        broker_ids = {str(k): int(v) for k, v in json.loads(value).items()}
+                        continue
                     name = key.decode()
                     if value is None:
                         topics.pop(name, None)
@@ -297,7 +312,7 @@ class Controller:
                         error,
                     )
             offset = table.column("offset")[-1].as_py() + 1
-        return topics, producer_id_end
+        return topics, producer_id_end, broker_ids
 
     def _persist(self, name: str, topic: TopicState | None) -> None:
         """Durably record a topic's new state (None: deleted) before acting on it,
@@ -562,6 +577,8 @@ class Controller:
                     next_full_pass = started + FULL_PASS_S
                     self._monitor_once(nodes)
                 joined = bool(nodes - known_nodes)
+                if joined or not self._listeners_started:
+                    self._start_listeners(nodes)
                 known_nodes = nodes
                 if self.broker.auto_leader_rebalance_enable and (
                     joined or started >= next_rebalance
@@ -1300,6 +1317,7 @@ class Controller:
             "offline_partitions": offline,
             "under_replicated_partitions": under_replicated,
             "partitions_not_spread": not_spread,
+            "kafka_listeners": self.kafka_listeners(),
         }
 
     def broker_config(self) -> dict[str, Any]:
@@ -1337,6 +1355,7 @@ class Controller:
                         else None
                     ),
                     leader_node=p.nodes.get(p.leader) if p.leader != OFFLINE else None,
+                    nodes=dict(p.nodes),
                 )
                 for p in topic.visible_partitions()
             ],
@@ -1416,6 +1435,66 @@ class Controller:
             get_if_exists=True,
         ).remote(self.namespace, self.broker.listener_host, *args)
 
+    # --------------------------------------------------------- Kafka listeners
+
+    def _start_listeners(self, nodes: set[str]) -> None:
+        """One Kafka-protocol listener actor on each live node, when ``listeners`` is
+        set; Ray restarts one that dies, and a node that joins gets one here."""
+        if not self._listener_specs:
+            self._listeners_started = True
+            return
+        for node in sorted(nodes):
+            KafkaListenerActor.options(
+                name=listener_actor_name(node),
+                namespace=self.namespace,
+                lifetime="detached",
+                max_restarts=-1,
+                num_cpus=0,
+                get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            ).remote(self.namespace, self.broker.listeners, self.broker.advertised_listeners)
+        self._listeners_started = True
+
+    def register_listener(self, node: str, endpoints: list[dict[str, Any]]) -> Result:
+        """Record the listener on ``node`` and what it advertises; answers its Kafka
+        broker id (new nodes get the next id, persisted before it is used)."""
+        try:
+            with self._lock:
+                broker_id = self._broker_ids.get(node)
+                if broker_id is None:
+                    broker_id = max(self._broker_ids.values(), default=-1) + 1
+                    self._broker_ids[node] = broker_id
+                    self._persist_record(BROKER_IDS_KEY, json.dumps(self._broker_ids).encode())
+                self._listeners[broker_id] = {
+                    "broker_id": broker_id,
+                    "node": node,
+                    "endpoints": list(endpoints),
+                }
+                return Result(value=broker_id)
+        except Exception as error:
+            return failure(error)
+
+    def kafka_listeners(self) -> list[dict[str, Any]]:
+        """The registered listeners on live nodes: broker id, Ray node, endpoints."""
+        live = set(alive_nodes())
+        with self._lock:
+            return [
+                dict(entry) for _, entry in sorted(self._listeners.items()) if entry["node"] in live
+            ]
+
+    def kafka_broker_ids(self) -> dict[str, int]:
+        """The Kafka broker id of every Ray node that ever ran a listener."""
+        with self._lock:
+            return dict(self._broker_ids)
+
+    def _stop_listeners(self) -> None:
+        for node in set(self._broker_ids) | set(alive_nodes()):
+            with contextlib.suppress(ValueError):
+                ray.kill(
+                    ray.get_actor(listener_actor_name(node), namespace=self.namespace),
+                    no_restart=True,
+                )
+
     def _stop_coordinator(self) -> None:
         for name in (COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME):
             with contextlib.suppress(ValueError):
@@ -1430,6 +1509,7 @@ class Controller:
         self._monitor_thread.join(timeout=10)
         self._watch.stop()
         self._stop_coordinator()
+        self._stop_listeners()
         with self._lock:
             for topic in self.topics.values():
                 self._stop_replicas(topic, delete_data=False)

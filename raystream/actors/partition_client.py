@@ -51,10 +51,12 @@ from raystream.protocol import (
     Response,
     Result,
     TopicMetadata,
+    failure,
 )
 from raystream.requests import (
     FetchRequest,
     ListOffsetsRequest,
+    PartitionRequest,
     ProduceRequest,
     Request,
     WriteTxnMarkerRequest,
@@ -245,26 +247,32 @@ class PartitionClient:
         None once the ISR has it. A stale leader is forgotten, so that the caller's next
         attempt (its own retry policy: a marker is retried until written) finds the new
         one."""
+        request = WriteTxnMarkerRequest(
+            tp.topic,
+            tp.partition,
+            producer_id,
+            producer_epoch,
+            commit,
+            coordinator_epoch,
+            timeout_ms,
+        )
+        return (await self.send_once(request)).error()
+
+    async def send_once(self, request: PartitionRequest) -> Response:
+        """One attempt of ``request`` at its partition's leader: the answer, a failure to
+        reach the leader answered as its error code. A stale leader is forgotten on a
+        retriable error, so that the next attempt (the caller's policy) finds the new
+        one. The Kafka listener forwards clients' requests this way: Kafka clients retry
+        themselves, after refreshing their metadata."""
+        tp = TopicPartition(request.topic, request.partition)
         try:
-            leader = await self._leader(tp)
-            answer = await self._call(
-                leader,
-                WriteTxnMarkerRequest(
-                    tp.topic,
-                    tp.partition,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    coordinator_epoch,
-                    timeout_ms,
-                ),
-            )
-            error = answer.error()
+            answer = await self._call(await self._leader(tp), request)
         except RaystreamError as failed:
-            error = failed
+            answer = failure(failed, request.response)
+        error = answer.error()
         if error is not None and (error.invalid_metadata or error.retriable):
             self._leaders.pop(tp, None)
-        return error
+        return answer
 
     async def _request(self, tp: TopicPartition, deadline: float, request: Request) -> Any:
         """Send ``request`` to the leader of ``tp`` until it answers without a

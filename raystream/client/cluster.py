@@ -20,9 +20,11 @@ from raystream.errors import (
     BrokerNotAvailableError,
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
+    IllegalStateError,
     InvalidConfigError,
     LogDirInUseError,
     PartitionOutOfRangeError,
+    RaystreamTimeoutError,
     UnstableOffsetCommitError,
 )
 from raystream.log.checkpoint import lock_directory
@@ -326,6 +328,35 @@ class Cluster:
         from raystream.client.consumer import Consumer
 
         return Consumer(*topics, cluster=self, **config)
+
+    def bootstrap_servers(self, protocol: str = "PLAINTEXT", timeout_s: float = 60.0) -> str:
+        """``host:port,...`` of the cluster's Kafka-protocol listeners, as Kafka clients'
+        ``bootstrap.servers`` wants it, once at least one has started.
+
+        Raises:
+            IllegalStateError: the cluster was started without ``listeners`` for
+                ``protocol`` (see :class:`~raystream.config.BrokerConfig`).
+            RaystreamTimeoutError: none registered within ``timeout_s``.
+        """
+        configured = self.call("broker_config").get("listeners", "")
+        if protocol.upper() not in configured.upper():
+            raise IllegalStateError(
+                f"this cluster has no {protocol} Kafka listener (listeners={configured!r}); "
+                "start it with broker_config={'listeners': 'PLAINTEXT://127.0.0.1:9092'}"
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            servers = [
+                f"{e['host']}:{e['port']}"
+                for entry in self.call("kafka_listeners")
+                for e in entry["endpoints"]
+                if e["protocol"] == protocol.upper()
+            ]
+            if servers:
+                return ",".join(servers)
+            if time.monotonic() > deadline:
+                raise RaystreamTimeoutError(f"no Kafka listener registered within {timeout_s} s")
+            time.sleep(0.1)
 
     def status(self) -> dict[str, Any]:
         """The controller's overview: nodes, topics, partitions, warnings."""

@@ -541,8 +541,7 @@ class Producer:
             time.monotonic(),
             **{
                 "buffer-total-bytes": accumulator.buffer_memory,
-                "buffer-available-bytes": accumulator.buffer_memory
-                - accumulator.buffered_bytes,
+                "buffer-available-bytes": accumulator.buffer_memory - accumulator.buffered_bytes,
                 "requests-in-flight": len(self._sender._in_flight),
             },
         )
@@ -627,9 +626,7 @@ class Producer:
         refusal becomes CommitFailedError, as ``Consumer.commit`` raises."""
         try:
             self.cluster.coordinator_call(
-                TxnOffsetCheckRequest(
-                    metadata.group_id, metadata.member_id, metadata.generation_id
-                )
+                TxnOffsetCheckRequest(metadata.group_id, metadata.member_id, metadata.generation_id)
             )
         except (IllegalGenerationError, UnknownMemberIdError) as error:
             raise CommitFailedError(str(error)) from None

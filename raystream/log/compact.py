@@ -181,8 +181,12 @@ def _timestamp_column(array: pa.Array, rows: int) -> list[bytes]:
         width = 0 if largest == 0 else _width(largest)
         if width:
             pieces.append(deltas.astype(_UNSIGNED[width]).tobytes())
-    return [_BYTE[width | (_BITMAP if nulls else 0)], bitmap, _uvarint((base << 1) ^ (base >> 63)),
-            *pieces]
+    return [
+        _BYTE[width | (_BITMAP if nulls else 0)],
+        bitmap,
+        _uvarint((base << 1) ^ (base >> 63)),
+        *pieces,
+    ]
 
 
 def _header_entries(headers: pa.Array) -> pa.Array:

@@ -228,9 +228,7 @@ class LogSegment:
         if position <= self.verified_bytes:
             self.verified_bytes = end
 
-    def translate(
-        self, offset: int, max_epoch: int = NO_LIMIT
-    ) -> tuple[int, BatchHeader] | None:
+    def translate(self, offset: int, max_epoch: int = NO_LIMIT) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is >= ``offset``, or None past the end.
 
         The scan starts at the offset index's entry at or below ``offset`` and checks

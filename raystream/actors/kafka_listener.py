@@ -1,0 +1,190 @@
+"""The Kafka-protocol listener actor: one per Ray node, started by the controller.
+
+A thin shell. It binds the ``listeners`` of the broker config on its node, registers
+what it advertises with the controller (which gives it a Kafka broker id, the same for
+the node for life), and serves Kafka clients with :class:`~raystream.kafka.server.
+KafkaServer`, acting through the :class:`~raystream.kafka.apis.Backend` here: requests
+to partition leaders (over the direct path where the leader serves one, so a request
+for a leader on this node stays on this node), to the coordinators, and controller
+calls. It keeps no state of its own that matters: Ray restarts it after a crash, and
+it registers again (every :data:`REGISTER_INTERVAL_S`, so a restarted controller
+learns of it too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import ray
+
+from raystream.actors.partition_client import PartitionClient
+from raystream.errors import BrokerNotAvailableError, RaystreamError
+from raystream.kafka.apis import Endpoint
+from raystream.kafka.listeners import advertised_host, bind_host, parse_listeners
+from raystream.kafka.server import KafkaServer
+from raystream.protocol import TopicMetadata
+from raystream.requests import Request
+from raystream.transport import CALL_ERRORS, send
+
+logger = logging.getLogger(__name__)
+
+REGISTER_INTERVAL_S = 5.0
+"""How often a listener tells the controller it is there (cheap: one small call)."""
+BROKERS_TTL_S = 1.0
+"""How long the broker list Metadata answers from is reused."""
+
+
+def listener_actor_name(node: str) -> str:
+    """The named actor of the listener on Ray node ``node``."""
+    return f"kafka-listener-{node}"
+
+
+class KafkaListener:
+    """Serves Kafka clients on this node's configured listeners.
+
+    Args:
+        namespace: the cluster's namespace (the controller is found there by name).
+        listeners: the broker config's ``listeners``.
+        advertised_listeners: the broker config's ``advertised_listeners`` (may be empty).
+    """
+
+    def __init__(self, namespace: str, listeners: str, advertised_listeners: str) -> None:
+        self.namespace = namespace
+        self.cluster_id = f"raystream-{namespace}"
+        self.broker_id = -1
+        self.node = ray.get_runtime_context().get_node_id()
+        self._address = ray.util.get_node_ip_address()
+        self._specs = parse_listeners(listeners)
+        self._advertised = {s.protocol: s for s in parse_listeners(advertised_listeners)}
+        self._partitions = PartitionClient(namespace)
+        self._servers: list[KafkaServer] = []
+        self._coordinators: dict[str, Any] = {}
+        self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
+        # Ray runs an async actor's constructor on its event loop: binding starts now,
+        # after a restart by Ray too, with nobody having to ask.
+        self._started = asyncio.get_running_loop().create_task(self._start())
+
+    async def ready(self) -> dict[str, Any]:
+        """What this listener serves, once it is bound and registered.
+
+        Raises:
+            OSError: a listener address could not be bound (e.g. the port is taken).
+        """
+        await asyncio.shield(self._started)
+        return self.describe()
+
+    def describe(self) -> dict[str, Any]:
+        """Broker id, node, advertised endpoints and connection counters."""
+        return {
+            "broker_id": self.broker_id,
+            "node": self.node,
+            "endpoints": self._endpoints(),
+            "stats": [s.stats() for s in self._servers],
+        }
+
+    async def _start(self) -> None:
+        for spec in self._specs:
+            server = KafkaServer(self, bind_host(spec, self._address), spec.port)
+            await server.start()
+            self._servers.append(server)
+        await self._register()
+        self._registering = asyncio.ensure_future(self._keep_registered())
+
+    def _endpoints(self) -> list[dict[str, Any]]:
+        endpoints = []
+        for spec, server in zip(self._specs, self._servers, strict=False):
+            advertised = self._advertised.get(spec.protocol)
+            if advertised is not None:
+                host, port = advertised_host(advertised, self._address), advertised.port
+            else:
+                host, port = advertised_host(spec, self._address), server.port
+            endpoints.append({"protocol": spec.protocol, "host": host, "port": port})
+        return endpoints
+
+    async def _register(self) -> None:
+        self.broker_id = await self._partitions.controller_call(
+            "register_listener", self.node, self._endpoints()
+        )
+
+    async def _keep_registered(self) -> None:
+        while True:
+            await asyncio.sleep(REGISTER_INTERVAL_S)
+            try:
+                await self._register()
+            except RaystreamError as error:
+                logger.warning("Kafka listener: registering with the controller failed: %s", error)
+
+    # ------------------------------------------------------------------ Backend
+
+    async def send(self, request: Request) -> Any:
+        """One attempt at the leader of the request's partition (Kafka clients retry)."""
+        return await self._partitions.send_once(request)
+
+    async def coordinator(self, request: Request) -> Any:
+        """``request`` to the group coordinator."""
+        return await self._to_coordinator("find_coordinator", request)
+
+    async def transaction_coordinator(self, request: Request) -> Any:
+        """``request`` to the transaction coordinator."""
+        return await self._to_coordinator("find_transaction_coordinator", request)
+
+    async def _to_coordinator(self, finder: str, request: Request) -> Any:
+        handle = self._coordinators.get(finder)
+        if handle is None:
+            handle = self._coordinators[finder] = await self._partitions.controller_call(finder)
+        try:
+            return await asyncio.wrap_future(send(handle, request))
+        except CALL_ERRORS as error:
+            self._coordinators.pop(finder, None)
+            raise BrokerNotAvailableError(f"the coordinator did not answer: {error}") from None
+
+    async def controller(self, method: str, *args: Any) -> Any:
+        """A controller call's value (its error raised)."""
+        return await self._partitions.controller_call(method, *args)
+
+    async def topics(self, names: list[str] | None) -> list[TopicMetadata | RaystreamError]:
+        """Fresh metadata of the named topics (None: all visible ones)."""
+        if names is None:
+            names = await self._partitions.controller_call("list_topics")
+        found: list[TopicMetadata | RaystreamError] = []
+        for name in names:
+            try:
+                found.append(await self._partitions.topic_metadata(name, refresh=True))
+            except RaystreamError as error:
+                found.append(error)
+        return found
+
+    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
+        """The live listeners (as brokers, for this listener's protocol) and the broker
+        id of every node, reused for :data:`BROKERS_TTL_S`."""
+        now = time.monotonic()
+        if self._brokers is None or now - self._brokers[0] > BROKERS_TTL_S:
+            listeners = await self._partitions.controller_call("kafka_listeners")
+            node_ids = await self._partitions.controller_call("kafka_broker_ids")
+            protocol = self._specs[0].protocol if self._specs else "PLAINTEXT"
+            endpoints = [
+                Endpoint(entry["broker_id"], e["host"], e["port"])
+                for entry in listeners
+                for e in entry["endpoints"]
+                if e["protocol"] == protocol
+            ]
+            self._brokers = (now, endpoints, node_ids)
+        return self._brokers[1], self._brokers[2]
+
+    async def ping(self) -> bool:
+        """Liveness check."""
+        return True
+
+    async def close(self) -> None:
+        """Stop serving (the actor is about to be killed)."""
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await server.close()
+
+
+KafkaListenerActor = ray.remote(KafkaListener)
+"""The listener as a Ray actor class."""

@@ -1,0 +1,199 @@
+"""The Kafka APIs the listener serves: which versions, and the handler of each.
+
+One table, :data:`APIS`, says everything a client can negotiate: ApiVersions answers
+from it, the server refuses what is not in it (UNSUPPORTED_VERSION, never a dropped
+connection), and a new API is one line here plus its handler. A handler is
+``async (call, request) -> dict | None``: it reads the kio request of whatever version
+the client sent and answers with a dict in the newest version's field names, which
+:func:`raystream.kafka.codec.build` fits to the client's version (None: no answer, as
+for a Produce with ``acks=0``). Handlers translate, nothing more: every action is a
+typed request of :mod:`raystream.requests` (or a controller call) sent through the
+:class:`Backend`, so authorization, quotas and metrics in the actors' one request path
+see Kafka clients' requests as they see raystream's own.
+
+Why these versions: the newest kio knows (Kafka 4's) down to the oldest that carries
+record batches v2 and is still sent by the clients we test (kafka-python, aiokafka,
+librdkafka); a client picks the highest version both sides know. Pure: no Ray here; the
+listener actor provides the Backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raystream.dispatch import RequestContext
+from raystream.errors import RaystreamError, UnknownTopicOrPartitionError
+from raystream.kafka.codec import Header
+from raystream.protocol import TopicMetadata
+from raystream.requests import Request
+
+logger = logging.getLogger(__name__)
+
+NONE = 0
+UNSUPPORTED_VERSION = 35
+LEADER_NOT_AVAILABLE = 5
+NO_BROKER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A broker as Kafka clients see it: its id and where its listener answers."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Backend(Protocol):
+    """What handlers may do: send raystream's typed requests and read metadata.
+
+    Implemented by the listener actor (over Ray and the direct path). Answers are
+    :class:`~raystream.protocol.Response` objects carrying Kafka's error codes; a call
+    raises only if the target could not be reached at all (a RaystreamError).
+    """
+
+    broker_id: int
+    cluster_id: str
+
+    async def send(self, request: Request) -> Any:
+        """``request`` to the leader of its partition; the leader's answer."""
+
+    async def coordinator(self, request: Request) -> Any:
+        """``request`` to the group coordinator; its answer."""
+
+    async def transaction_coordinator(self, request: Request) -> Any:
+        """``request`` to the transaction coordinator; its answer."""
+
+    async def controller(self, method: str, *args: Any) -> Any:
+        """A controller method's answer (a Result's value; its error raised)."""
+
+    async def topics(self, names: list[str] | None) -> list[TopicMetadata | RaystreamError]:
+        """Metadata of the named topics (None: every visible topic), an error in place
+        of each that cannot be described."""
+
+    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
+        """(the live listeners as brokers, the broker id of every Ray node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request being served: its header, who sent it, and the backend to act on."""
+
+    header: Header
+    context: RequestContext
+    backend: Backend
+
+
+Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One supported API: its key, name, version range and handler."""
+
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        """Whether ``version`` is in the served range."""
+        return self.min_version <= version <= self.max_version
+
+
+# ------------------------------------------------------------------ ApiVersions
+
+
+async def api_versions(call: Call, request: Any) -> Mapping[str, Any]:
+    """The supported APIs and their version ranges (KIP-511: the client's name and
+    version arrive in v3+; nothing is done with them yet)."""
+    return {"error_code": NONE, "api_keys": supported_api_keys(), "throttle_time": 0}
+
+
+def supported_api_keys() -> list[dict[str, int]]:
+    """ApiVersions' list: every API of :data:`APIS` with its version range."""
+    return [
+        {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+        for a in sorted(APIS.values(), key=lambda a: a.key)
+    ]
+
+
+# --------------------------------------------------------------------- Metadata
+
+
+async def metadata(call: Call, request: Any) -> Mapping[str, Any]:
+    """Brokers (one per live listener) and the asked topics' partitions, each leader
+    named by the broker id of the node its leader replica runs on, so a client sends
+    produce and fetch requests to the listener next to the data."""
+    backend = call.backend
+    brokers, node_ids = await backend.brokers()
+    live = {b.broker_id for b in brokers}
+    names = None if request.topics is None else [t.name for t in request.topics]
+    found = await backend.topics(names)
+    topics = []
+    for name, meta in zip(names if names is not None else [None] * len(found), found, strict=True):
+        if isinstance(meta, RaystreamError):
+            topics.append({"error_code": meta.code, "name": name, "partitions": ()})
+        else:
+            topics.append(_topic_entry(meta, node_ids, live))
+    controller_id = min(live) if live else NO_BROKER
+    return {
+        "throttle_time": 0,
+        "brokers": [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in brokers
+        ],
+        "cluster_id": backend.cluster_id,
+        "controller_id": controller_id,
+        "topics": topics,
+    }
+
+
+def _topic_entry(meta: TopicMetadata, node_ids: Mapping[str, int], live: set[int]) -> dict:
+    """One topic of a Metadata answer: replicas named by their nodes' broker ids."""
+    partitions = []
+    for p in meta.partitions:
+        replicas = [node_ids.get(p.nodes.get(r, ""), NO_BROKER) for r in p.replicas]
+        isr = [node_ids.get(p.nodes.get(r, ""), NO_BROKER) for r in p.isr]
+        leader = node_ids.get(p.leader_node or "", NO_BROKER)
+        if leader not in live:
+            leader = NO_BROKER
+        partitions.append(
+            {
+                "error_code": NONE if leader != NO_BROKER else LEADER_NOT_AVAILABLE,
+                "partition_index": p.partition,
+                "leader_id": leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": replicas,
+                "isr_nodes": isr,
+                "offline_replicas": [b for b in replicas if b not in live],
+            }
+        )
+    return {
+        "error_code": NONE,
+        "name": meta.name,
+        "topic_id": meta.topic_id or None,
+        "is_internal": meta.name.startswith("__"),
+        "partitions": partitions,
+        "topic_authorized_operations": -2147483648,
+    }
+
+
+def unknown_topic(name: str) -> UnknownTopicOrPartitionError:
+    """The error for a topic that does not exist, as handlers report it."""
+    return UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(3, "Metadata", 0, 12, metadata),
+        Api(18, "ApiVersions", 0, 4, api_versions),
+    )
+}
+"""Every API the listener serves, by key."""

@@ -1,0 +1,92 @@
+"""Kafka's ``listeners`` and ``advertised.listeners`` settings, parsed and checked.
+
+A listener is ``PROTOCOL://host:port``; several are separated by commas. Kafka names
+the listener by its protocol unless ``listener.security.protocol.map`` says otherwise;
+raystream has one listener per protocol. The host may be an address, empty or
+``0.0.0.0`` (every interface), or ``node``: the Ray node's own address, which is what
+``cluster.yaml`` uses so that each node's listener is reachable by clients elsewhere.
+Port 0 takes a free port (the bound one is advertised), which lets several Ray nodes
+on one machine (tests) each run a listener.
+
+``advertised.listeners`` (optional) says what Metadata responses tell clients to
+connect to, for NAT or a load balancer in front; by default each listener advertises
+the address it bound, ``0.0.0.0`` and ``node`` advertised as the node's address.
+
+Pure: no Ray; the listener actor resolves ``node`` with Ray's node address.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from raystream.errors import InvalidConfigError
+
+PROTOCOLS = ("PLAINTEXT",)
+"""Security protocols a listener can speak (TLS and SASL come with the security work)."""
+NODE_HOST = "node"
+ANY_HOSTS = ("", "0.0.0.0")
+
+_LISTENER = re.compile(
+    r"^(?P<protocol>[A-Za-z_]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    """One configured listener: protocol, host as written, and port (0: any free)."""
+
+    protocol: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.protocol}://{self.host}:{self.port}"
+
+
+def parse_listeners(text: str, setting: str = "listeners") -> list[ListenerSpec]:
+    """The listeners of a ``listeners``-style setting (empty text: none).
+
+    Raises:
+        InvalidConfigError: an entry does not parse, names an unsupported protocol, has a
+            port above 65535, or two entries share a protocol (the message names it).
+    """
+    if not isinstance(text, str):
+        raise InvalidConfigError(f"{setting}={text!r} must be a string such as PLAINTEXT://:9092")
+    specs: list[ListenerSpec] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        match = _LISTENER.match(entry)
+        if match is None:
+            raise InvalidConfigError(
+                f"{setting} entry {entry!r} is not PROTOCOL://host:port (e.g. PLAINTEXT://:9092)"
+            )
+        protocol = match["protocol"].upper()
+        if protocol not in PROTOCOLS:
+            raise InvalidConfigError(
+                f"{setting} entry {entry!r}: protocol {protocol} is not supported "
+                f"(supported: {', '.join(PROTOCOLS)})"
+            )
+        port = int(match["port"])
+        if port > 65535:
+            raise InvalidConfigError(f"{setting} entry {entry!r}: port {port} is above 65535")
+        if any(s.protocol == protocol for s in specs):
+            raise InvalidConfigError(f"{setting} names protocol {protocol} twice")
+        specs.append(ListenerSpec(protocol, match["host"].strip("[]"), port))
+    return specs
+
+
+def bind_host(spec: ListenerSpec, node_address: str) -> str:
+    """The address to bind for ``spec`` on a node whose address is ``node_address``."""
+    if spec.host == NODE_HOST:
+        return node_address
+    return spec.host or "0.0.0.0"
+
+
+def advertised_host(spec: ListenerSpec, node_address: str) -> str:
+    """The address clients are told for ``spec``: a wildcard or ``node`` becomes the
+    node's address."""
+    if spec.host == NODE_HOST or spec.host in ANY_HOSTS:
+        return node_address
+    return spec.host
