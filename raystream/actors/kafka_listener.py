@@ -23,7 +23,7 @@ import ray
 
 from raystream.actors.partition_client import PartitionClient
 from raystream.errors import BrokerNotAvailableError, RaystreamError
-from raystream.kafka.apis import Endpoint
+from raystream.kafka.call import Endpoint
 from raystream.kafka.listeners import advertised_host, bind_host, parse_listeners
 from raystream.kafka.server import KafkaServer
 from raystream.protocol import TopicMetadata

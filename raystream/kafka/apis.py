@@ -8,7 +8,7 @@ the client sent and answers with a dict in the newest version's field names, whi
 :func:`raystream.kafka.codec.build` fits to the client's version (None: no answer, as
 for a Produce with ``acks=0``). Handlers translate, nothing more: every action is a
 typed request of :mod:`raystream.requests` (or a controller call) sent through the
-:class:`Backend`, so authorization, quotas and metrics in the actors' one request path
+:class:`~raystream.kafka.call.Backend`, so authorization, quotas and metrics in the actors' one request path
 see Kafka clients' requests as they see raystream's own.
 
 Why these versions: the newest kio knows (Kafka 4's) down to the oldest that carries
@@ -19,76 +19,16 @@ listener actor provides the Backend.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from raystream.dispatch import RequestContext
-from raystream.errors import RaystreamError, UnknownTopicOrPartitionError
-from raystream.kafka.codec import Header
+from raystream.errors import RaystreamError
+from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
-from raystream.requests import Request
 
-logger = logging.getLogger(__name__)
-
-NONE = 0
 UNSUPPORTED_VERSION = 35
 LEADER_NOT_AVAILABLE = 5
-NO_BROKER = -1
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A broker as Kafka clients see it: its id and where its listener answers."""
-
-    broker_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
-class Backend(Protocol):
-    """What handlers may do: send raystream's typed requests and read metadata.
-
-    Implemented by the listener actor (over Ray and the direct path). Answers are
-    :class:`~raystream.protocol.Response` objects carrying Kafka's error codes; a call
-    raises only if the target could not be reached at all (a RaystreamError).
-    """
-
-    broker_id: int
-    cluster_id: str
-
-    async def send(self, request: Request) -> Any:
-        """``request`` to the leader of its partition; the leader's answer."""
-
-    async def coordinator(self, request: Request) -> Any:
-        """``request`` to the group coordinator; its answer."""
-
-    async def transaction_coordinator(self, request: Request) -> Any:
-        """``request`` to the transaction coordinator; its answer."""
-
-    async def controller(self, method: str, *args: Any) -> Any:
-        """A controller method's answer (a Result's value; its error raised)."""
-
-    async def topics(self, names: list[str] | None) -> list[TopicMetadata | RaystreamError]:
-        """Metadata of the named topics (None: every visible topic), an error in place
-        of each that cannot be described."""
-
-    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
-        """(the live listeners as brokers, the broker id of every Ray node)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One request being served: its header, who sent it, and the backend to act on."""
-
-    header: Header
-    context: RequestContext
-    backend: Backend
-
-
-Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +122,6 @@ def _topic_entry(meta: TopicMetadata, node_ids: Mapping[str, int], live: set[int
         "partitions": partitions,
         "topic_authorized_operations": -2147483648,
     }
-
-
-def unknown_topic(name: str) -> UnknownTopicOrPartitionError:
-    """The error for a topic that does not exist, as handlers report it."""
-    return UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
 
 
 APIS: dict[int, Api] = {

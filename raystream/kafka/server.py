@@ -32,6 +32,7 @@ from typing import Any
 from raystream.dispatch import RequestContext
 from raystream.errors import InvalidRequestError, RaystreamError
 from raystream.kafka import apis
+from raystream.kafka.call import Backend, Call
 from raystream.kafka.codec import (
     API_VERSIONS_KEY,
     MAX_FRAME_BYTES,
@@ -59,7 +60,7 @@ class KafkaServer:
         host, port: where to listen (port 0: any free port; see :attr:`port`).
     """
 
-    def __init__(self, backend: apis.Backend, host: str, port: int) -> None:
+    def __init__(self, backend: Backend, host: str, port: int) -> None:
         self.backend = backend
         self.host = host
         self.requested_port = port
@@ -138,7 +139,7 @@ class KafkaServer:
         except InvalidRequestError as error:
             self._bad(peer, str(error))
             return False
-        call = apis.Call(header, context, self.backend)
+        call = Call(header, context, self.backend)
         try:
             values = await api.handler(call, request)
         except Exception as error:

@@ -1,0 +1,81 @@
+"""What a Kafka API handler is given: the request's :class:`Call` and the
+:class:`Backend` it acts through.
+
+Kept apart from the API table (:mod:`raystream.kafka.apis`) so that handler modules
+import this and the table imports them. Pure: no Ray here; the listener actor is the
+Backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raystream.dispatch import RequestContext
+from raystream.errors import RaystreamError
+from raystream.kafka.codec import Header
+from raystream.protocol import TopicMetadata
+from raystream.requests import Request
+
+NONE = 0
+"""Kafka's error code for success."""
+NO_BROKER = -1
+"""Kafka's broker id for "none" (no leader, no coordinator)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A broker as Kafka clients see it: its id and where its listener answers."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class Backend(Protocol):
+    """What handlers may do: send raystream's typed requests and read metadata.
+
+    Implemented by the listener actor (over Ray and the direct path). Answers are
+    :class:`~raystream.protocol.Response` objects carrying Kafka's error codes; a call
+    raises only if the target could not be reached at all (a RaystreamError).
+    """
+
+    broker_id: int
+    cluster_id: str
+
+    async def send(self, request: Request) -> Any:
+        """``request`` to the leader of its partition; the leader's answer."""
+
+    async def coordinator(self, request: Request) -> Any:
+        """``request`` to the group coordinator; its answer."""
+
+    async def transaction_coordinator(self, request: Request) -> Any:
+        """``request`` to the transaction coordinator; its answer."""
+
+    async def controller(self, method: str, *args: Any) -> Any:
+        """A controller method's answer (a Result's value; its error raised)."""
+
+    async def topics(self, names: list[str] | None) -> list[TopicMetadata | RaystreamError]:
+        """Metadata of the named topics (None: every visible topic), an error in place
+        of each that cannot be described."""
+
+    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
+        """(the live listeners as brokers, the broker id of every Ray node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request being served: its header, who sent it, and the backend to act on."""
+
+    header: Header
+    context: RequestContext
+    backend: Backend
+
+
+Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]
+
+
+Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]
+"""``async (call, kio request) -> the answer's values (None: no answer)``."""
