@@ -38,6 +38,8 @@ from ray.autoscaler._private.fake_multi_node.node_provider import (
 )
 from ray.autoscaler._private.util import prepare_config, validate_config
 
+from raystream.config import BrokerConfig
+
 CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
 LOCAL_BEGIN = "# BEGIN local provider"
 LOCAL_END = "# END local provider"
@@ -147,8 +149,14 @@ def test_setup_and_start_commands():
     assert startup in head[1]
     # raystream starts after Ray, on the directory the setup commands create.
     assert head[2] == (
-        f"raystream up --address auto --data-dir {DATA_DIR} --config listener.host=node"
+        f"raystream up --address auto --data-dir {DATA_DIR} --config listener.host=node "
+        "--config listeners=PLAINTEXT://node:9092"
     )
+    # The settings parse as a broker config, and the listener's port is open.
+    items = head[2].split("--config ")[1:]
+    BrokerConfig.from_kafka(dict(item.strip().split("=", 1) for item in items))
+    (rule,) = config["provider"]["security_group"]["IpPermissions"]
+    assert (rule["FromPort"], rule["ToPort"]) == (9092, 9092)
 
     worker = config["worker_start_ray_commands"]
     assert worker[0] == "ray stop"

@@ -108,6 +108,11 @@ def status(args: argparse.Namespace, cluster: Any) -> int:
         f"topics:      {overview['topics']} ({overview['partitions']} partitions, "
         f"{overview['replicas']} replicas)"
     )
+    for listener in overview.get("kafka_listeners", []):
+        endpoints = ", ".join(
+            f"{e['protocol']}://{e['host']}:{e['port']}" for e in listener["endpoints"]
+        )
+        print(f"kafka broker {listener['broker_id']}: {endpoints} (node {listener['node'][:12]})")
     for description in descriptions:
         print_topic(description, brief=True)
     if overview["offline_partitions"]:
