@@ -469,13 +469,39 @@ def bench_kafka(
     except Exception as exc:
         return PeerResult(name, None, None, None, None, f"tansu binary not found: {exc}")
 
-    result = PeerResult(name, None, None, None, None, "broker storage is in memory only")
     try:
         with tansu_broker(binary) as bootstrap:
-            _kafka_throughput(bootstrap, result, records, value_bytes)
-            p50, p99, note = _kafka_e2e(bootstrap, e2e_rate, e2e_seconds, value_bytes)
-            result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
-            result.note = _join_notes(result.note, note)
+            return measure_kafka_protocol(
+                name,
+                bootstrap,
+                records,
+                value_bytes,
+                e2e_rate,
+                e2e_seconds,
+                "broker storage is in memory only",
+            )
+    except Exception as exc:  # never crash the caller's benchmark
+        return PeerResult(name, None, None, None, None, f"failed: {exc!r}")
+
+
+def measure_kafka_protocol(
+    name: str,
+    bootstrap: str,
+    records: int = 1_000_000,
+    value_bytes: int = 100,
+    e2e_rate: int = 2000,
+    e2e_seconds: float = 3.0,
+    note: str = "",
+) -> PeerResult:
+    """confluent-kafka's produce, consume and end-to-end figures against any
+    Kafka-protocol server at ``bootstrap`` (the workload of :func:`bench_kafka`): the
+    same client and settings for Tansu and for raystream's Kafka listener."""
+    result = PeerResult(name, None, None, None, None, note)
+    try:
+        _kafka_throughput(bootstrap, result, records, value_bytes)
+        p50, p99, e2e_note = _kafka_e2e(bootstrap, e2e_rate, e2e_seconds, value_bytes)
+        result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
+        result.note = _join_notes(result.note, e2e_note)
     except Exception as exc:  # never crash the caller's benchmark
         result.note = _join_notes(result.note, f"failed: {exc!r}")
     return result
