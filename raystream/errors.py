@@ -41,6 +41,8 @@ exception here.
     ├── FencedLeaderEpochError              (74, retriable: a stale leader or ISR change)
     ├── NonEmptyGroupError                  (68: the group still has active members)
     ├── GroupIdNotFoundError                (69)
+    ├── MemberIdRequiredError               (79: a Kafka client's first join; rejoin with
+    │                                         the member id the answer gives)
     ├── FencedInstanceIdError               (82: a newer member took the static instance id)
     ├── InvalidRecordError                  (87: does not fit the topic's schema)
     ├── UnstableOffsetCommitError           (88, retriable: a transaction may still commit
@@ -329,6 +331,18 @@ class GroupIdNotFoundError(RaystreamError):
     code = 69
 
 
+class MemberIdRequiredError(RaystreamError):
+    """A Kafka client's first JoinGroup (v4+, KIP-394) is answered with its member id and
+    this error: it rejoins with that id, so a client that retries a lost join answer
+    does not leave a second member behind."""
+
+    code = 79
+
+    def __init__(self, message: str, member_id: str = "") -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+
 class FencedInstanceIdError(RaystreamError):
     """A newer member joined with this static member's ``group_instance_id``."""
 
@@ -465,6 +479,7 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         UnstableOffsetCommitError,
         NonEmptyGroupError,
         GroupIdNotFoundError,
+        MemberIdRequiredError,
         FencedInstanceIdError,
         InvalidRecordError,
         FencedLeaderEpochError,

@@ -120,6 +120,12 @@ def _strings(request: Request, name: str) -> None:
         raise _bad(request, name, value, "a list of non-empty strings")
 
 
+def _bytes_list(request: Request, name: str) -> None:
+    value = getattr(request, name)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, bytes) for v in value):
+        raise _bad(request, name, value, "a list of bytes")
+
+
 def _partitions(request: Request, name: str, empty: bool = True) -> None:
     """A list of (topic, partition) pairs."""
     value = getattr(request, name)
@@ -413,6 +419,13 @@ class JoinGroupRequest(GroupRequest):
     ``owned_partitions`` what it owns from ``owned_generation`` (cooperative
     rebalancing); ``actor_id`` the Ray actor it runs in, if any (a crash of that actor
     evicts it at once).
+
+    A Kafka client's join (the classic protocol, its leader assigns) sets
+    ``protocol_type`` ("consumer"), and ``protocol_metadata`` holds the opaque metadata
+    of each of ``protocols``; the answer's value is then a
+    :class:`~raystream.groups.group.Joined`, and the assignment comes with a
+    :class:`SyncGroupRequest`. ``require_known_member_id`` (JoinGroup v4+) makes a
+    first join answer MemberIdRequiredError with the new member id as its value.
     """
 
     member_id: str = ""
@@ -425,6 +438,10 @@ class JoinGroupRequest(GroupRequest):
     session_timeout_ms: int = 45_000
     rebalance_timeout_ms: int = 300_000
     actor_id: str | None = None
+    protocol_type: str | None = None
+    protocol_metadata: tuple[bytes, ...] = ()
+    require_known_member_id: bool = False
+    client_host: str = ""
 
     def validate(self) -> None:
         GroupRequest.validate(self)
@@ -440,30 +457,82 @@ class JoinGroupRequest(GroupRequest):
         _int(self, "session_timeout_ms", 1, INT32_MAX)
         _int(self, "rebalance_timeout_ms", 1, INT32_MAX)
         _optional_str(self, "actor_id")
+        _optional_str(self, "protocol_type")
+        _bytes_list(self, "protocol_metadata")
+        wanted = len(self.protocols) if self.protocol_type is not None else 0
+        if len(self.protocol_metadata) != wanted:
+            raise _bad(
+                self,
+                "protocol_metadata",
+                self.protocol_metadata,
+                f"{wanted} items: one per protocol with a protocol_type, none without",
+            )
+        _bool(self, "require_known_member_id")
+        _str(self, "client_host", empty=True)
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatRequest(GroupRequest):
-    """Keep a member's session alive; the error says when to rejoin."""
+class SyncGroupRequest(GroupRequest):
+    """A client-assigned member's SyncGroup (Kafka's classic protocol): the leader's
+    carries every member's assignment as ``(member_id, bytes)`` pairs; each member's
+    answer (value) is its own assignment bytes, once the leader's sync arrived.
+    ``protocol_type`` and ``protocol_name`` (None: not checked) must be the group's."""
 
     member_id: str = ""
     generation_id: int = -1
+    group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignments: tuple[tuple[str, bytes], ...] = ()
 
     def validate(self) -> None:
         GroupRequest.validate(self)
         _str(self, "member_id")
         _int(self, "generation_id", -1, INT32_MAX)
+        _optional_str(self, "group_instance_id")
+        _optional_str(self, "protocol_type")
+        _optional_str(self, "protocol_name")
+        value = self.assignments
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(item, list | tuple)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and item[0]
+            and isinstance(item[1], bytes)
+            for item in value
+        ):
+            raise _bad(self, "assignments", value, "a list of (member_id, bytes) pairs")
 
 
 @dataclass(frozen=True, slots=True)
-class LeaveGroupRequest(GroupRequest):
-    """A closing member leaves; the others rebalance at once."""
+class HeartbeatRequest(GroupRequest):
+    """Keep a member's session alive; the error says when to rejoin. A static member
+    may name its ``group_instance_id`` (fenced if a newer member has it)."""
 
     member_id: str = ""
+    generation_id: int = -1
+    group_instance_id: str | None = None
 
     def validate(self) -> None:
         GroupRequest.validate(self)
         _str(self, "member_id")
+        _int(self, "generation_id", -1, INT32_MAX)
+        _optional_str(self, "group_instance_id")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest(GroupRequest):
+    """A closing member leaves; the others rebalance at once. A static member may leave
+    by its ``group_instance_id`` alone (``member_id`` ""); the value is the id of the
+    member that left."""
+
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+    def validate(self) -> None:
+        GroupRequest.validate(self)
+        _str(self, "member_id", empty=self.group_instance_id is not None)
+        _optional_str(self, "group_instance_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,8 +603,21 @@ class DescribeGroupRequest(GroupRequest):
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteGroupRequest(GroupRequest):
+    """Delete a group without active members: its committed offsets and its record
+    (GroupIdNotFoundError if it has neither, NonEmptyGroupError if it has members)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ListGroupsRequest(Request):
-    """Ids of the groups that have members or committed offsets, sorted."""
+    """Ids of the groups that have members or committed offsets, sorted; with
+    ``with_state`` a dict per group instead: ``group_id``, ``protocol_type`` ("" for a
+    raystream-assigned group) and ``state``."""
+
+    with_state: bool = False
+
+    def validate(self) -> None:
+        _bool(self, "with_state")
 
 
 # ------------------------------------------------------- transaction coordinator
@@ -629,6 +711,7 @@ __all__ = [
     "INTERNAL_WRITERS",
     "AddOffsetsToTxnRequest",
     "AddPartitionsToTxnRequest",
+    "DeleteGroupRequest",
     "DeleteRecordsRequest",
     "DescribeGroupRequest",
     "DescribeTransactionRequest",
@@ -649,6 +732,7 @@ __all__ = [
     "ReplicaFetchRequest",
     "Request",
     "ResetOffsetsRequest",
+    "SyncGroupRequest",
     "TransactionRequest",
     "TxnOffsetCheckRequest",
     "WriteTxnMarkerRequest",

@@ -63,6 +63,13 @@ def refused(request: rq.Request, error: type[RaystreamError] = InvalidRequestErr
         (rq.JoinGroupRequest("g", protocols=()), "protocols=()"),
         (rq.JoinGroupRequest("g", topics=("a", 3), protocols=("range",)), "topics"),
         (rq.JoinGroupRequest("g", protocols=("r",), session_timeout_ms=0), "session_timeout"),
+        (
+            rq.JoinGroupRequest("g", protocols=("range",), protocol_type="consumer"),
+            "protocol_metadata=()",
+        ),
+        (rq.JoinGroupRequest("g", protocols=("range",), protocol_metadata=(b"",)), "0 items"),
+        (rq.SyncGroupRequest("g", "m", 1, assignments=(("", b""),)), "assignments="),
+        (rq.LeaveGroupRequest("g", ""), "member_id=''"),
         (rq.HeartbeatRequest("g", "", 1), "member_id=''"),
         (rq.HeartbeatRequest(None, "m", 1), "group_id=None"),
         (rq.OffsetCommitRequest("g", offsets=()), "offsets=()"),
@@ -299,8 +306,28 @@ WELL_FORMED: list[rq.Request] = [
     rq.WriteTxnMarkerRequest("t", 0, 1, 0),
     rq.DeleteRecordsRequest("t", 0, 5),
     rq.JoinGroupRequest("g", "m", "i", "c", ("t",), ("range",), (("t", 0),), 1, 10, 10, "a"),
-    rq.HeartbeatRequest("g", "m", 1),
-    rq.LeaveGroupRequest("g", "m"),
+    rq.JoinGroupRequest(
+        "g",
+        "",
+        "i",
+        "c",
+        (),
+        ("range", "sticky"),
+        (),
+        -1,
+        10,
+        10,
+        None,
+        "consumer",
+        (b"a", b"b"),
+        True,
+        "h",
+    ),
+    rq.SyncGroupRequest("g", "m", 1, "i", "consumer", "range", (("m", b"x"),)),
+    rq.HeartbeatRequest("g", "m", 1, "i"),
+    rq.LeaveGroupRequest("g", "m", "i"),
+    rq.DeleteGroupRequest("g"),
+    rq.ListGroupsRequest(True),
     rq.OffsetCommitRequest("g", "m", 1, (("t", 0, 1, ""),)),
     rq.OffsetFetchRequest("g", (("t", 0),)),
     rq.TxnOffsetCheckRequest("g", "m", 1),
@@ -341,7 +368,7 @@ def test_every_field_of_every_request_refuses_a_value_of_the_wrong_type() -> Non
         if isinstance(cls, type) and issubclass(cls, rq.Request) and cls.__doc__
     }
     bases = {rq.Request, rq.PartitionRequest, rq.GroupRequest, rq.TransactionRequest}
-    assert concrete - bases - {rq.ProducerTransactionRequest, rq.ListGroupsRequest} == served
+    assert concrete - bases - {rq.ProducerTransactionRequest} == served
     swept = 0
     for request in WELL_FORMED:
         request.validate()

@@ -23,6 +23,10 @@ generation (KIP-447), so a zombie's offsets never enter a transaction.
 
 A join is a call that stays open until the group's rebalance completes (every member
 rejoined, or the rebalance timeout passed), then answers with the member's assignment.
+Kafka clients' groups (client-assigned, the classic protocol: see
+:class:`~raystream.groups.group.Group`) answer a join with the generation and, to the
+leader, the members; a member's SyncGroup then stays open until the leader's brings the
+assignments, and is answered RebalanceInProgressError if a rebalance starts first.
 A background tick expires sessions, completes timed-out rebalances, and starts a
 rebalance when a subscribed topic gains partitions. Every request (the typed messages
 of :mod:`raystream.requests`: joins, heartbeats, leaves, commits, offset fetches, the
@@ -49,16 +53,19 @@ from raystream.actors.partition_client import EARLIEST_TIMESTAMP, PartitionClien
 from raystream.dispatch import RAY_CONTEXT, Dispatcher, RequestContext
 from raystream.errors import (
     GroupIdNotFoundError,
+    MemberIdRequiredError,
     OffsetOutOfRangeError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
-from raystream.groups.group import STABLE, Group
+from raystream.groups.group import PREPARING_REBALANCE, STABLE, Group
 from raystream.groups.offsets_topic import (
     OFFSETS_TOPIC,
     GroupStore,
     OffsetAndMetadata,
+    deletion_records,
     group_record,
     offset_records,
     partition_for,
@@ -67,6 +74,7 @@ from raystream.protocol import Response, Result, failure
 from raystream.records import batch_from_table
 from raystream.requests import (
     GROUP_COORDINATOR_WRITER,
+    DeleteGroupRequest,
     DescribeGroupRequest,
     HeartbeatRequest,
     JoinGroupRequest,
@@ -75,6 +83,7 @@ from raystream.requests import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     ResetOffsetsRequest,
+    SyncGroupRequest,
     TxnOffsetCheckRequest,
 )
 from raystream.types import TopicPartition
@@ -107,6 +116,7 @@ class GroupCoordinator:
             "the group coordinator",
             {
                 JoinGroupRequest: self._join_group,
+                SyncGroupRequest: self._sync_group,
                 HeartbeatRequest: self._heartbeat,
                 LeaveGroupRequest: self._leave_group,
                 OffsetCommitRequest: self._commit_offsets,
@@ -115,6 +125,7 @@ class GroupCoordinator:
                 ResetOffsetsRequest: self._reset_offsets,
                 ListGroupsRequest: self._list_groups,
                 DescribeGroupRequest: self._describe_group,
+                DeleteGroupRequest: self._delete_group,
             },
         )
         self._direct = DirectPath(self.handle, listener_host)
@@ -131,6 +142,8 @@ class GroupCoordinator:
             self._load, f"the group coordinator could not load {OFFSETS_TOPIC}"
         )
         self._waiters: dict[str, dict[str, asyncio.Future]] = {}
+        self._syncs: dict[str, dict[str, asyncio.Future]] = {}
+        """Client-assigned groups' SyncGroups waiting for the leader's, by member."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._tick_task: asyncio.Task | None = None
 
@@ -238,6 +251,8 @@ class GroupCoordinator:
         The answer's value is an :class:`~raystream.groups.group.Assigned`.
         """
         await self._ready()
+        if request.protocol_type is not None:
+            return await self._join_classic(request)
         group_id = request.group_id
         group = self._store.groups.setdefault(group_id, Group(group_id))
         old_member = request.member_id
@@ -258,20 +273,104 @@ class GroupCoordinator:
             if outcome.member_id != old_member:  # a static member came back
                 await self._write(group_id, group_record(group))
             return Result(value=group.assigned(outcome.member_id))
-        waiters = self._waiters.setdefault(group_id, {})
-        previous = waiters.pop(outcome.member_id, None)
+        return await self._wait_for_rebalance(group, outcome.member_id)
+
+    async def _join_classic(self, request: JoinGroupRequest) -> Result:
+        """A Kafka client's join (client-assigned group); the answer's value is a
+        :class:`~raystream.groups.group.Joined`, at once or after the rebalance."""
+        group_id = request.group_id
+        group = self._store.groups.setdefault(group_id, Group(group_id))
+        try:
+            outcome = group.join_classic(
+                request.member_id,
+                request.group_instance_id,
+                request.client_id,
+                request.client_host,
+                request.protocol_type,
+                list(zip(request.protocols, request.protocol_metadata, strict=True)),
+                request.session_timeout_ms / 1000,
+                request.rebalance_timeout_ms / 1000,
+                time.monotonic(),
+                request.require_known_member_id,
+            )
+        except MemberIdRequiredError as error:
+            return failure(error, value=error.member_id)
+        self._settle_syncs(group)
+        if outcome.joined is not None:
+            if outcome.member_id != request.member_id:  # a static member came back
+                await self._write(group_id, group_record(group))
+            return Result(value=outcome.joined)
+        return await self._wait_for_rebalance(group, outcome.member_id)
+
+    async def _wait_for_rebalance(self, group: Group, member_id: str) -> Result:
+        """Hold a join until the group's rebalance completes (see :meth:`_maybe_complete`)."""
+        waiters = self._waiters.setdefault(group.group_id, {})
+        previous = waiters.pop(member_id, None)
         if previous is not None and not previous.done():
             previous.set_result(failure(UnknownMemberIdError("superseded by a newer join")))
         answer = asyncio.get_running_loop().create_future()
-        waiters[outcome.member_id] = answer
+        waiters[member_id] = answer
         await self._maybe_complete(group)
         return await answer
+
+    async def _sync_group(self, request: SyncGroupRequest) -> Result:
+        """A client-assigned member's SyncGroup; its value is the member's assignment
+        bytes, once the leader's SyncGroup brought them."""
+        await self._ready()
+        group = self._group(request.group_id)
+        assignment = group.sync(
+            request.member_id,
+            request.generation_id,
+            request.group_instance_id,
+            request.protocol_type,
+            request.protocol_name,
+            dict(request.assignments),
+            time.monotonic(),
+        )
+        if assignment is None:
+            answer = asyncio.get_running_loop().create_future()
+            previous = self._syncs.setdefault(group.group_id, {}).pop(request.member_id, None)
+            if previous is not None and not previous.done():
+                previous.set_result(failure(UnknownMemberIdError("superseded by a newer sync")))
+            self._syncs[group.group_id][request.member_id] = answer
+            return await answer
+        if request.assignments or self._syncs.get(group.group_id):
+            self._settle_syncs(group)
+            try:
+                await self._write(group.group_id, group_record(group))
+            except Exception:  # the members still get their assignment; logged
+                logger.exception("group %s: could not store its assignment", group.group_id)
+        return Result(value=assignment)
+
+    def _settle_syncs(self, group: Group) -> None:
+        """Answer the SyncGroups waiting in ``group``: their assignments once it is
+        stable, RebalanceInProgressError once a new rebalance started, and
+        UnknownMemberIdError to members that are gone."""
+        waiting = self._syncs.get(group.group_id)
+        if not waiting:
+            return
+        for member_id in list(waiting):
+            answer = waiting[member_id]
+            member = group.members.get(member_id)
+            if member is None:
+                result = failure(UnknownMemberIdError(f"{member_id} left the group"))
+            elif group.state == PREPARING_REBALANCE:
+                result = failure(
+                    RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; rejoin")
+                )
+            elif group.state == STABLE:
+                result = Result(value=member.assignment_bytes)
+            else:
+                continue
+            del waiting[member_id]
+            if not answer.done():
+                answer.set_result(result)
 
     async def _heartbeat(self, request: HeartbeatRequest) -> Result:
         """Keep a member's session alive; the error says when to rejoin."""
         await self._ready()
         self._group(request.group_id).heartbeat(
-            request.member_id, request.generation_id, time.monotonic()
+            request.member_id, request.generation_id, time.monotonic(), request.group_instance_id
         )
         return Result()
 
@@ -279,12 +378,13 @@ class GroupCoordinator:
         """A closing member leaves; the others rebalance at once."""
         await self._ready()
         group = self._group(request.group_id)
-        group.leave(request.member_id, time.monotonic())
-        self._fail_waiter(request.group_id, request.member_id)
+        member_id = group.leave(request.member_id, time.monotonic(), request.group_instance_id)
+        self._fail_waiter(request.group_id, member_id)
+        self._settle_syncs(group)
         if not group.members:
             await self._write(request.group_id, group_record(group))
         await self._maybe_complete(group)
-        return Result()
+        return Result(value=member_id)
 
     # ------------------------------------------------------------------ offsets
 
@@ -348,11 +448,24 @@ class GroupCoordinator:
     # -------------------------------------------------------------------- admin
 
     async def _list_groups(self, request: ListGroupsRequest) -> Result:
-        """Ids of the groups that have members or committed offsets, sorted."""
+        """Ids of the groups that have members or committed offsets, sorted (with
+        ``with_state``: dicts of id, protocol type and state)."""
         await self._ready()
         ids = {g for g, group in self._store.groups.items() if group.members}
         ids.update(g for g, offsets in self._store.offsets.items() if offsets)
-        return Result(value=sorted(ids))
+        if not request.with_state:
+            return Result(value=sorted(ids))
+        listed = []
+        for group_id in sorted(ids):
+            group = self._store.groups.get(group_id) or Group(group_id)
+            listed.append(
+                {
+                    "group_id": group_id,
+                    "protocol_type": group.protocol_type or "",
+                    "state": group.state,
+                }
+            )
+        return Result(value=listed)
 
     async def _describe_group(self, request: DescribeGroupRequest) -> Result:
         """State, generation, protocol, members and their partitions, committed offsets."""
@@ -365,6 +478,19 @@ class GroupCoordinator:
             tp: o.offset for tp, o in self._store.offsets.get(group_id, {}).items()
         }
         return Result(value=description)
+
+    async def _delete_group(self, request: DeleteGroupRequest) -> Result:
+        """Delete a group without members: tombstones for its record and its offsets."""
+        await self._ready()
+        group_id = request.group_id
+        await self._read_committed(partition_for(group_id, self._partitions))
+        group = self._group(group_id)
+        group.check_inactive("delete group")
+        offsets = self._store.offsets.get(group_id, {})
+        await self._write(group_id, deletion_records(group_id, offsets))
+        self._store.groups.pop(group_id, None)
+        self._store.offsets.pop(group_id, None)
+        return Result()
 
     async def endpoint(self) -> Endpoint | None:
         """Where this coordinator serves its offset calls directly (see
@@ -399,7 +525,12 @@ class GroupCoordinator:
                 if answer.done():
                     continue
                 if member_id in group.members:
-                    answer.set_result(Result(value=group.assigned(member_id)))
+                    assigned = (
+                        group.assigned(member_id)
+                        if group.protocol_type is None
+                        else group.joined(member_id)
+                    )
+                    answer.set_result(Result(value=assigned))
                 else:
                     answer.set_result(
                         failure(UnknownMemberIdError(f"{member_id} was removed from the group"))
@@ -426,6 +557,7 @@ class GroupCoordinator:
                         logger.info("group %s: session of %s expired", group.group_id, member_id)
                         self._fail_waiter(group.group_id, member_id)
                     await self._evict_crashed(group, now)
+                    self._settle_syncs(group)
                     if group.ready(now):
                         await self._maybe_complete(group)
                 if now >= next_metadata_check:

@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 
+from raystream.actors.liveness import actor_node
 from raystream.actors.partition_client import PartitionClient
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.kafka.call import Endpoint
@@ -132,10 +133,22 @@ class KafkaListener:
         """``request`` to the transaction coordinator."""
         return await self._to_coordinator("find_transaction_coordinator", request)
 
-    async def _to_coordinator(self, finder: str, request: Request) -> Any:
+    async def coordinator_node(self, transaction: bool) -> str | None:
+        """The Ray node of the group (or transaction) coordinator actor, from Ray's
+        actor table."""
+        handle = await self._coordinator_handle(
+            "find_transaction_coordinator" if transaction else "find_coordinator"
+        )
+        return await asyncio.to_thread(actor_node, handle._actor_id.hex())
+
+    async def _coordinator_handle(self, finder: str) -> Any:
         handle = self._coordinators.get(finder)
         if handle is None:
             handle = self._coordinators[finder] = await self._partitions.controller_call(finder)
+        return handle
+
+    async def _to_coordinator(self, finder: str, request: Request) -> Any:
+        handle = await self._coordinator_handle(finder)
         try:
             return await asyncio.wrap_future(send(handle, request))
         except CALL_ERRORS as error:

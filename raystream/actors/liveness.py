@@ -46,6 +46,19 @@ def actor_state(actor_id: str) -> str | None:
     return info.get("State") if isinstance(info, dict) else None
 
 
+def actor_node(actor_id: str) -> str | None:
+    """The hex id of the Ray node an actor runs on, None if unknown (read as
+    :func:`actor_state` reads the state)."""
+    from ray._private import state
+
+    try:
+        info = state.actors(actor_id=actor_id)
+    except Exception:  # callers fall back to a node of their own
+        return None
+    address = info.get("Address") if isinstance(info, dict) else None
+    return address.get("NodeID") if isinstance(address, dict) else None
+
+
 def is_down(actor_id: str) -> bool:
     """Whether Ray reports the actor crashed (being restarted, or gone for good)."""
     return actor_state(actor_id) in DOWN_STATES

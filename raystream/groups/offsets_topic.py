@@ -21,8 +21,9 @@ from loading every other group.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,19 @@ def offset_records(group_id: str, offsets: Mapping[TopicPartition, OffsetAndMeta
     return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
 
 
+def deletion_records(group_id: str, partitions: Iterable[TopicPartition]) -> pa.Table:
+    """Tombstones of a deleted group: its membership and each of its committed offsets
+    (compaction then drops the group from the topic for good)."""
+    keys = [_key("group", group_id)]
+    keys += [_key("offset", group_id, tp.topic, tp.partition) for tp in partitions]
+    return pa.table(
+        {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array([None] * len(keys), pa.binary()),
+        }
+    )
+
+
 def group_record(group: Group) -> pa.Table:
     """A group's membership after a rebalance, as a one-row table."""
     return pa.table(
@@ -103,6 +117,21 @@ def _is_partition_list(value: Any) -> bool:
     )
 
 
+def _is_base64(value: Any) -> bool:
+    try:
+        base64.b64decode(value, validate=True)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+def _is_protocol_list(value: Any) -> bool:
+    """A client-assigned member's protocols: ``[name, base64 metadata]`` pairs."""
+    return isinstance(value, list) and all(
+        isinstance(v, list) and len(v) == 2 and _is_str(v[0]) and _is_base64(v[1]) for v in value
+    )
+
+
 def _check_fields(
     data: Any, fields: Mapping[str, Callable[[Any], bool]], optional: frozenset[str], what: str
 ) -> None:
@@ -129,6 +158,7 @@ _GROUP_FIELDS = {
     "leader": _is_optional_str,
     "partition_counts": lambda v: isinstance(v, dict) and all(map(_is_int, v.values())),
     "members": lambda v: isinstance(v, list),
+    "protocol_type": _is_optional_str,
 }
 _MEMBER_FIELDS = {
     "member_id": _is_str,
@@ -140,7 +170,14 @@ _MEMBER_FIELDS = {
     "rebalance_timeout_s": _is_number,
     "assignment": _is_partition_list,
     "actor_id": _is_optional_str,
+    "protocols": _is_protocol_list,
+    "assignment_bytes": _is_base64,
+    "client_host": _is_str,
 }
+
+
+_OPTIONAL_MEMBER_FIELDS = frozenset({"actor_id", "protocols", "assignment_bytes", "client_host"})
+"""Fields records written before client-assigned groups (and actor ids) lack."""
 
 
 def decode_record(key: bytes | None, value: bytes | None) -> tuple[Any, ...]:
@@ -177,10 +214,13 @@ def decode_record(key: bytes | None, value: bytes | None) -> tuple[Any, ...]:
         if rest:
             raise InvalidRecordError(f"group key {key!r} is not [group, group id]")
         if data is not None:
-            _check_fields(data, _GROUP_FIELDS, frozenset(), f"group {group_id!r}")
+            _check_fields(data, _GROUP_FIELDS, frozenset({"protocol_type"}), f"group {group_id!r}")
             for member in data["members"]:
                 _check_fields(
-                    member, _MEMBER_FIELDS, frozenset({"actor_id"}), f"member of {group_id!r}"
+                    member,
+                    _MEMBER_FIELDS,
+                    _OPTIONAL_MEMBER_FIELDS,
+                    f"member of {group_id!r}",
                 )
         return kind, group_id, data
     raise InvalidRecordError(f"key {key!r} has an unknown kind {kind!r}")

@@ -8,8 +8,8 @@ the client sent and answers with a dict in the newest version's field names, whi
 :func:`raystream.kafka.codec.build` fits to the client's version (None: no answer, as
 for a Produce with ``acks=0``). Handlers translate, nothing more: every action is a
 typed request of :mod:`raystream.requests` (or a controller call) sent through the
-:class:`~raystream.kafka.call.Backend`, so authorization, quotas and metrics in the actors' one request path
-see Kafka clients' requests as they see raystream's own.
+:class:`~raystream.kafka.call.Backend`, so authorization, quotas and metrics in the
+actors' one request path see Kafka clients' requests as they see raystream's own.
 
 Why these versions: the newest kio knows (Kafka 4's) down to the oldest that carries
 record batches v2 and is still sent by the clients we test (kafka-python, aiokafka,
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
+from raystream.kafka import groups
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -128,7 +129,18 @@ APIS: dict[int, Api] = {
     api.key: api
     for api in (
         Api(3, "Metadata", 0, 12, metadata),
+        # OffsetCommit/OffsetFetch v10 name topics by id only (KIP-848 era): not yet.
+        Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
+        Api(9, "OffsetFetch", 1, 9, groups.offset_fetch),
+        Api(10, "FindCoordinator", 0, 6, groups.find_coordinator),
+        Api(11, "JoinGroup", 0, 9, groups.join_group),
+        Api(12, "Heartbeat", 0, 4, groups.heartbeat),
+        Api(13, "LeaveGroup", 0, 5, groups.leave_group),
+        Api(14, "SyncGroup", 0, 5, groups.sync_group),
+        Api(15, "DescribeGroups", 0, 6, groups.describe_groups),
+        Api(16, "ListGroups", 0, 5, groups.list_groups),
         Api(18, "ApiVersions", 0, 4, api_versions),
+        Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
     )
 }
 """Every API the listener serves, by key."""

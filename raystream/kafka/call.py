@@ -57,6 +57,10 @@ class Backend(Protocol):
     async def controller(self, method: str, *args: Any) -> Any:
         """A controller method's answer (a Result's value; its error raised)."""
 
+    async def coordinator_node(self, transaction: bool) -> str | None:
+        """The Ray node the group (or transaction) coordinator runs on, starting it if
+        needed; None if Ray does not say."""
+
     async def topics(self, names: list[str] | None) -> list[TopicMetadata | RaystreamError]:
         """Metadata of the named topics (None: every visible topic), an error in place
         of each that cannot be described."""
