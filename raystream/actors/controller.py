@@ -747,6 +747,7 @@ class Controller:
         config: dict[str, Any] | None = None,
         value_schema: bytes | None = None,
         timeout_ms: int | None = None,
+        validate_only: bool = False,
     ) -> Result:
         """Create a topic and its replica actors; answers with its TopicMetadata once
         every replica serves.
@@ -755,7 +756,9 @@ class Controller:
         start, hidden from clients until they all serve, and rolled back (replicas and
         record removed) when one fails or ``timeout_ms`` (default
         REPLICA_READY_TIMEOUT_S) passes. The same request while it is under way (a
-        retry) waits for it instead of failing.
+        retry) waits for it instead of failing. ``validate_only`` (Kafka's CreateTopics
+        flag) makes every check a creation makes, placement and capacity included, and
+        answers None without creating anything.
         """
         try:
             validate_topic_name(name)
@@ -768,6 +771,7 @@ class Controller:
                     config or {},
                     value_schema,
                     self._deadline(timeout_ms),
+                    validate_only,
                 )
             )
         except Exception as error:
@@ -781,7 +785,8 @@ class Controller:
         config: dict[str, Any],
         value_schema: bytes | None,
         deadline: _Deadline,
-    ) -> TopicMetadata:
+        validate_only: bool = False,
+    ) -> TopicMetadata | None:
         validate_count(partitions, "partitions")
         if replication_factor is None:
             replication_factor = self.broker.default_replication_factor
@@ -801,6 +806,8 @@ class Controller:
                 nodes = alive_nodes()
                 placement = place_replicas(nodes, partitions, replication_factor, len(self.topics))
                 self._check_capacity(name, placement)
+                if validate_only:
+                    return None
                 topic = TopicState(
                     name=name,
                     topic_id=uuid.uuid4().hex,
@@ -1131,15 +1138,34 @@ class Controller:
         except Exception as error:
             return failure(error)
 
-    def alter_topic_config(self, name: str, changes: dict[str, Any]) -> Result:
+    def alter_topic_config(
+        self, name: str, changes: dict[str, Any], validate_only: bool = False
+    ) -> Result:
         """Change topic config keys (not of an internal topic); replicas apply them at
-        once."""
+        once. A key changed to None loses its override (the default applies again, as
+        Kafka's DELETE of a config does); ``validate_only`` checks the changes and
+        answers the effective config they would give, changing nothing."""
         try:
             check_not_internal(name, "alter the config of")
+            if not isinstance(changes, dict):
+                raise InvalidConfigError(
+                    f"topic config changes must be a dict, not {type(changes).__name__}"
+                )
+            removed = {str(k).replace("_", ".") for k, v in changes.items() if v is None}
+            set_now = {k: v for k, v in changes.items() if v is not None}
+            known = LogConfig.field_names()
+            unknown = sorted(k for k in removed if k.replace(".", "_") not in known)
+            if unknown:
+                raise InvalidConfigError(
+                    "cannot remove unknown topic config key(s) " + ", ".join(map(repr, unknown))
+                )
             with self._lock:
                 topic = self._topic(name)
-                merged = {**topic.config, **self._validated_config(changes)}
-                self._effective_config(TopicState(name, "", [], merged))
+                merged = {**topic.config, **self._validated_config(set_now)}
+                merged = {k: v for k, v in merged.items() if k not in removed}
+                effective = self._effective_config(TopicState(name, "", [], merged))
+                if validate_only:
+                    return Result(value=effective.to_kafka())
                 topic.config = merged
                 self._persist(name, topic)
                 config = self._effective_config(topic).to_kafka()
@@ -1319,6 +1345,21 @@ class Controller:
             "partitions_not_spread": not_spread,
             "kafka_listeners": self.kafka_listeners(),
         }
+
+    def topic_config(self, name: str) -> Result:
+        """A topic's config: ``{"overrides": the keys set for it, "config": every key in
+        force}`` under Kafka's dotted names (DescribeConfigs tells the two apart)."""
+        try:
+            with self._lock:
+                topic = self._topic(name)
+                return Result(
+                    value={
+                        "overrides": dict(topic.config),
+                        "config": self._effective_config(topic).to_kafka(),
+                    }
+                )
+        except Exception as error:
+            return failure(error)
 
     def broker_config(self) -> dict[str, Any]:
         """The cluster-wide settings in force."""

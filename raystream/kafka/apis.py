@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
-from raystream.kafka import groups
+from raystream.kafka import admin, groups, txn
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -140,7 +140,19 @@ APIS: dict[int, Api] = {
         Api(15, "DescribeGroups", 0, 6, groups.describe_groups),
         Api(16, "ListGroups", 0, 5, groups.list_groups),
         Api(18, "ApiVersions", 0, 4, api_versions),
+        Api(19, "CreateTopics", 2, 7, admin.create_topics),
+        Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
+        Api(22, "InitProducerId", 0, 5, txn.init_producer_id),
+        Api(24, "AddPartitionsToTxn", 0, 3, txn.add_partitions_to_txn),
+        Api(25, "AddOffsetsToTxn", 0, 4, txn.add_offsets_to_txn),
+        Api(26, "EndTxn", 0, 4, txn.end_txn),
+        Api(28, "TxnOffsetCommit", 0, 4, txn.txn_offset_commit),
+        Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
+        Api(33, "AlterConfigs", 0, 2, admin.alter_configs),
+        Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
+        Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
+        Api(60, "DescribeCluster", 0, 2, admin.describe_cluster),
     )
 }
 """Every API the listener serves, by key."""

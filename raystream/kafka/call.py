@@ -54,6 +54,14 @@ class Backend(Protocol):
     async def transaction_coordinator(self, request: Request) -> Any:
         """``request`` to the transaction coordinator; its answer."""
 
+    async def write_txn_offsets(
+        self, group_id: str, records: Any, producer_id: int, producer_epoch: int
+    ) -> Any:
+        """Offset commit ``records`` (a table of
+        :func:`~raystream.groups.offsets_topic.offset_records`) into the group's
+        ``__consumer_offsets`` partition as a batch of the producer's transaction (one
+        attempt, acks=all); the leader's answer."""
+
     async def controller(self, method: str, *args: Any) -> Any:
         """A controller method's answer (a Result's value; its error raised)."""
 
