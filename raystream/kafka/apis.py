@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
+from raystream.kafka import data
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -127,8 +128,14 @@ def _topic_entry(meta: TopicMetadata, node_ids: Mapping[str, int], live: set[int
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
+        Api(0, "Produce", 3, 13, data.produce),
+        Api(1, "Fetch", 4, 18, data.fetch),
+        Api(2, "ListOffsets", 1, 11, data.list_offsets),
         Api(3, "Metadata", 0, 12, metadata),
         Api(18, "ApiVersions", 0, 4, api_versions),
+        Api(21, "DeleteRecords", 0, 2, data.delete_records),
+        Api(22, "InitProducerId", 0, 5, data.init_producer_id),
+        Api(23, "OffsetForLeaderEpoch", 2, 4, data.offset_for_leader_epoch),
     )
 }
 """Every API the listener serves, by key."""
