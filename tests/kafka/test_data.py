@@ -173,8 +173,11 @@ def _read(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _fetch(bootstrap: str, topic: str, offset: int, max_wait_ms: int, **extra) -> Any:
-    """A Fetch v12 of partition 0 (names, not ids)."""
+def _fetch(
+    bootstrap: str, topic: str, offset: int, max_wait_ms: int, partitions: int = 1, **extra
+) -> Any:
+    """A Fetch v12 (names, not ids) of partitions 0.. from ``offset``: partition 0's answer
+    (every partition's, in order, when there are several)."""
     values = {
         "replica_id": -1,
         "max_wait": max_wait_ms,
@@ -185,13 +188,15 @@ def _fetch(bootstrap: str, topic: str, offset: int, max_wait_ms: int, **extra) -
             {
                 "topic": topic,
                 "partitions": [
-                    {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                    {"partition": p, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                    for p in range(partitions)
                 ],
             }
         ],
         **extra,
     }
-    return _call(bootstrap, 1, 12, values).responses[0].partitions[0]
+    answers = _call(bootstrap, 1, 12, values).responses[0].partitions
+    return answers[0] if partitions == 1 else answers
 
 
 # ----------------------------------------------------------------------- tests
@@ -332,28 +337,29 @@ def test_idempotent_confluent_producer_writes_each_record_once(
 def test_fetch_long_polls_until_max_wait_and_wakes_when_data_arrives(
     bootstrap: str, kafka_cluster: Any, kafka_topic: Callable[..., str]
 ) -> None:
-    topic = kafka_topic(partitions=1)
+    topic = kafka_topic(partitions=2)
     started = time.monotonic()
-    idle = _fetch(bootstrap, topic, 0, max_wait_ms=800)
+    idle = _fetch(bootstrap, topic, 0, max_wait_ms=800, partitions=2)
     waited = time.monotonic() - started
-    assert idle.error_code == 0 and not idle.records
+    assert [(p.error_code, p.records) for p in idle] == [(0, b""), (0, b"")]
     assert 0.75 <= waited < 3.0
 
     def later() -> None:
         time.sleep(0.4)
         producer = kafka_cluster.producer()
-        producer.send(topic, value=b"wake", partition=0)
+        producer.send(topic, value=b"wake", partition=1)
         producer.flush(30)
         producer.close()
 
     thread = threading.Thread(target=later)
     started = time.monotonic()
     thread.start()
-    woken = _fetch(bootstrap, topic, 0, max_wait_ms=10_000)
+    quiet, woken = _fetch(bootstrap, topic, 0, max_wait_ms=10_000, partitions=2)
     waited = time.monotonic() - started
     thread.join()
     assert woken.error_code == 0 and b"wake" in bytes(woken.records)
     assert woken.high_watermark == 1
+    assert (quiet.error_code, quiet.records, quiet.high_watermark) == (0, b"", 0)
     assert 0.3 <= waited < 5.0
 
 
@@ -470,3 +476,95 @@ def test_kafka_consumers_skip_transaction_markers_and_aborted_batches(
     assert [r[3] for r in got] == wanted
     got = _kafka_python_consume(bootstrap, topic, 1, len(wanted), isolation_level=isolation)
     assert [r[3] for r in got] == wanted
+
+
+def test_a_resent_idempotent_batch_is_written_once_and_a_gap_is_refused(
+    bootstrap: str, kafka_topic: Callable[..., str]
+) -> None:
+    """The batch's producer id, epoch and sequence reach the replica: the same batch sent
+    twice (a producer's retry) is answered with its first offset and stored once."""
+    import datetime
+    import io
+
+    from kio.records.schema import NewRecordBatch, Record
+    from kio.records.writers import write_new_batch
+    from kio.schema.errors import ErrorCode
+    from kio.static.primitive import TZAwareMicros
+
+    topic = kafka_topic(partitions=1)
+    ids = _call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
+    assert ids.error_code == 0 and ids.producer_id >= 0
+
+    def batch(sequence: int, count: int) -> bytes:
+        now = TZAwareMicros.parse(datetime.datetime.fromtimestamp(BASE_TS / 1000, datetime.UTC))
+        records = tuple(
+            Record(attributes=0, timestamp=now, offset=i, key=None, value=b"v%d" % i, headers=())
+            for i in range(count)
+        )
+        buffer = io.BytesIO()
+        write_new_batch(
+            buffer,
+            NewRecordBatch(
+                producer_id=ids.producer_id,
+                producer_epoch=ids.producer_epoch,
+                base_sequence=sequence,
+                records=records,
+                attributes=0,
+            ),
+        )
+        return buffer.getvalue()
+
+    def produce(data: bytes) -> Any:
+        answer = _call(
+            bootstrap,
+            0,
+            9,
+            {
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": data}]}
+                ],
+            },
+        )
+        return answer.responses[0].partition_responses[0]
+
+    first = produce(batch(0, 3))
+    again = produce(batch(0, 3))
+    assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
+    assert (again.error_code, again.base_offset) == (ErrorCode.none, 0)
+    gap = produce(batch(10, 1))
+    assert gap.error_code == ErrorCode.out_of_order_sequence_number
+    assert _fetch(bootstrap, topic, 0, max_wait_ms=0).high_watermark == 3
+
+
+def test_a_typed_topic_takes_and_gives_json_and_refuses_a_misfit(
+    kafka_cluster: Any, bootstrap: str, kafka_topic: Callable[..., str]
+) -> None:
+    import json
+
+    import pyarrow as pa
+    from confluent_kafka import KafkaError, Producer
+
+    topic = kafka_topic(schema=pa.schema([("name", pa.string()), ("n", pa.int64())]))
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "retries": 0})
+    outcomes: list = []
+    producer.produce(topic, json.dumps({"name": "a", "n": 1}).encode(), key=b"k", partition=0)
+    producer.flush(30)
+    producer.produce(
+        topic,
+        b'{"name": "b", "n": "not a number"}',
+        partition=0,
+        on_delivery=lambda e, m: outcomes.append(e),
+    )
+    producer.flush(30)
+    assert outcomes[0] is not None and outcomes[0].code() == KafkaError.INVALID_RECORD
+    ours = kafka_cluster.consumer(auto_offset_reset="earliest")
+    try:
+        ours.assign([TopicPartition(topic, 0)])
+        table = ours.poll_arrow(timeout_ms=10_000)
+    finally:
+        ours.close()
+    assert table.select(["name", "n"]).to_pylist() == [{"name": "a", "n": 1}]
+    ((_, _, key, value, _, _),) = _confluent_consume(bootstrap, topic, 1, 1)
+    assert (key, json.loads(value)) == (b"k", {"name": "a", "n": 1})
