@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -387,6 +388,34 @@ def test_fetch_past_the_log_end_is_offset_out_of_range(
         },
     )
     assert missing.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+
+    # Fetch v13+ names topics by id: the id Metadata gives, and an unknown one.
+    (described,) = _call(
+        bootstrap, 3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
+    ).topics
+    unknown = uuid.uuid4()
+    by_id = _call(
+        bootstrap,
+        1,
+        16,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+                for topic_id, offset in ((described.topic_id, 1000), (unknown, 0))
+            ],
+        },
+    )
+    assert [(t.topic_id, t.partitions[0].error_code) for t in by_id.responses] == [
+        (described.topic_id, ErrorCode.offset_out_of_range),
+        (unknown, ErrorCode.unknown_topic_id),
+    ]
 
 
 def test_list_offsets_earliest_latest_and_by_timestamp_then_delete_records(
