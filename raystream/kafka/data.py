@@ -1,5 +1,5 @@
-"""The Kafka data-plane APIs: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch and
-DeleteRecords.
+"""The Kafka data-plane APIs: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, and InitProducerId (without which an idempotent producer cannot produce).
 
 Each handler turns one Kafka request into raystream's typed requests, one per partition
 (:mod:`raystream.requests`), sends them to the partitions' leaders concurrently
@@ -13,12 +13,13 @@ ProduceRequest`, with the batch's producer id, epoch, base sequence and transact
 flag forwarded, so an idempotent or transactional Kafka producer gets the replica's
 per-batch sequence checks exactly as raystream's own producer does. ``acks=0`` gets no
 answer (the append is still awaited, so that requests of a connection land in order).
+Record batches are translated both ways by :mod:`raystream.kafka.records`.
 
 Fetch. Each partition is one :class:`~raystream.requests.FetchRequest`. The replica
 long-polls itself (it waits on its high watermark for ``min_bytes`` up to
 ``max_wait_ms``), so the listener never polls in a loop: it first asks every partition
 for what it has now (``max_wait_ms=0``); if that is less than ``min_bytes`` it asks
-again with the remaining wait and answers as soon as the first partition answers with
+again with ``max_wait_ms`` and answers as soon as the first partition answers with
 data (the other polls are abandoned: a replica answers an abandoned poll when its wait
 ends and the answer is dropped). ``min_bytes`` is then applied per partition, not
 summed over partitions: a request whose partitions each hold less than ``min_bytes``
@@ -31,10 +32,12 @@ always empty (the equivalent of the list, applied at the source). Where the repl
 skipped batches at the end of what it read (markers, aborted batches), the answer ends
 with a control batch covering them, so that every client advances past them.
 
-Fetch sessions (KIP-227): none. Every answer has ``session_id`` 0, which tells a client
-that asked for a session that none was made; librdkafka and aiokafka do not ask,
-kafka-python then sends full fetches (epoch 0 "new session" requests every time), so
-every request lists all its partitions and is answered in full.
+Fetch sessions (KIP-227): none. Every answer has ``session_id`` 0 (Kafka's "no session"),
+whatever the request's session id and epoch: a client that asked for a session
+(kafka-python does, with epoch 0) learns that none was made and sends its next request
+as a full fetch again; one that does not ask (epoch -1) is answered in full anyway. So
+every request lists all its partitions and is answered for all of them; forgotten
+topics are ignored (there is no session to forget them from).
 
 Fetch v13+ and Produce v13 name topics by id: ids are resolved through the backend's
 topic metadata (unknown: UNKNOWN_TOPIC_ID per partition).
@@ -43,36 +46,16 @@ topic metadata (unknown: UNKNOWN_TOPIC_ID per partition).
 from __future__ import annotations
 
 import asyncio
-import json
-import struct
-import zlib
 from collections.abc import Awaitable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import crc32c
-import numpy as np
 import pyarrow as pa
 
-from raystream.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    InvalidRequestError,
-    RaystreamError,
-)
+from raystream.errors import InvalidRecordError, InvalidRequestError, RaystreamError
 from raystream.kafka.call import NONE, Call
-from raystream.log.batch import (
-    ATTR_LOG_APPEND_TIME,
-    ATTR_TRANSACTIONAL,
-    HEADER_SIZE,
-    BatchEncoder,
-    PayloadDecoder,
-    batch_offsets,
-    user_columns,
-)
-from raystream.log.log import stored_batches
-from raystream.protocol import FetchResponse, TopicMetadata
-from raystream.records import build_batch, record_schema
+from raystream.kafka.records import decode_produce, encode_fetch
+from raystream.log.batch import BatchEncoder, payload_size
+from raystream.protocol import INLINE_BYTES, FetchResponse
 from raystream.requests import (
     DeleteRecordsRequest,
     FetchRequest,
@@ -89,6 +72,10 @@ READ_COMMITTED = 1
 """Kafka's isolation_level byte for read_committed (0: read_uncommitted)."""
 EARLIEST_LOCAL_TIMESTAMP = -4
 """ListOffsets' "earliest local offset" (tiered storage): the log start offset here."""
+
+_ENCODER = BatchEncoder()
+"""Serializes decoded Kafka batches for the produce call (caches the schema message;
+the listener's one event loop is its only user)."""
 
 
 # ---------------------------------------------------------------- topic names
@@ -191,18 +178,24 @@ async def _produce_partition(
     if not records:
         raise InvalidRecordError(f"produce to {topic}-{partition} carries no record batch")
     meta = await call.backend.topic_metadata(topic)
-    batch = decode_produced(records, meta)
+    batches = decode_produce(records, meta.value_schema)
+    if len(batches) != 1:  # as Kafka's broker: v3+ carries exactly one batch
+        raise InvalidRecordError(
+            f"produce to {topic}-{partition} carries {len(batches)} record batches, not exactly one"
+        )
+    (batch,) = batches
+    identified = batch.producer_id >= 0
     return await call.backend.send(
         ProduceRequest(
             topic,
             partition,
-            batch.payload,
+            _payload(batch.records),
             acks=acks,
             timeout_ms=max(timeout_ms, 0),
-            compression_type=batch.compression,
-            producer_id=batch.producer_id,
-            producer_epoch=batch.producer_epoch if batch.producer_id >= 0 else -1,
-            base_sequence=batch.base_sequence if batch.producer_id >= 0 else -1,
+            compression_type=batch.compression_type,
+            producer_id=batch.producer_id if identified else -1,
+            producer_epoch=batch.producer_epoch if identified else -1,
+            base_sequence=batch.base_sequence if identified else -1,
             transactional=batch.transactional,
         )
     )
@@ -247,6 +240,20 @@ async def init_producer_id(call: Call, request: Any) -> Mapping[str, Any]:
     }
 
 
+def _payload(batch: pa.RecordBatch) -> bytes | pa.Buffer:
+    """``batch`` as a produce call carries it, as raystream's producer sends it: bytes
+    when Ray passes them inline, else one Arrow buffer (moved out of band)."""
+    pieces = _ENCODER.payload(batch, None)
+    size = payload_size(pieces)
+    if size <= INLINE_BYTES:
+        return b"".join(pieces)
+    buffer = pa.allocate_buffer(size)
+    stream = pa.FixedSizeBufferWriter(buffer)
+    for piece in pieces:
+        stream.write(piece)
+    return buffer
+
+
 # ----------------------------------------------------------------------- Fetch
 
 
@@ -279,7 +286,7 @@ async def fetch(call: Call, request: Any) -> Mapping[str, Any]:
         answers.update(await _long_poll(waiting, poll, max_wait_ms, int(request.min_bytes)))
     topics: dict[Any, list[dict[str, Any]]] = {}
     budget = max_bytes
-    for i, (key, name, partition, offset, _) in enumerate(wanted):
+    for i, (key, name, partition, _, _) in enumerate(wanted):
         if name is None:
             code = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
             topics.setdefault(key, []).append(_fetch_entry(partition, code))
@@ -290,12 +297,12 @@ async def fetch(call: Call, request: Any) -> Mapping[str, Any]:
             topics.setdefault(key, []).append(_fetch_entry(partition, code))
             continue
         size = sum(len(run) for run in answer.data)
-        if size and budget <= 0:  # over the request's max_bytes: fetched again next time
-            answer = None
-        else:
+        # Past the request's max_bytes (the first data always goes): fetched next time.
+        with_records = not (size and budget <= 0)
+        if with_records:
             budget -= size
         topics.setdefault(key, []).append(
-            await _fetched_partition(call, name, partition, offset, answer, committed, answers[i])
+            _fetched_partition(partition, answer, with_records, committed)
         )
     return {
         "throttle_time": 0,
@@ -355,28 +362,19 @@ def _fetch_entry(partition: int, code: int) -> dict[str, Any]:
     }
 
 
-async def _fetched_partition(
-    call: Call,
-    topic: str,
-    partition: int,
-    offset: int,
-    answer: FetchResponse | None,
-    committed: bool,
-    offsets: FetchResponse,
+def _fetched_partition(
+    partition: int, answer: FetchResponse, with_records: bool, committed: bool
 ) -> dict[str, Any]:
-    """One partition of a Fetch answer: its Kafka record batches and offsets."""
-    records = b""
-    if answer is not None:
-        meta = await call.backend.topic_metadata(topic)
-        records = encode_fetched(answer, offset, meta)
+    """One partition of a Fetch answer: its offsets, and its records as Kafka record
+    batches unless the request's ``max_bytes`` was spent before it."""
     return {
         "partition_index": partition,
         "error_code": NONE,
-        "high_watermark": offsets.high_watermark,
-        "last_stable_offset": offsets.last_stable_offset,
-        "log_start_offset": offsets.log_start_offset,
+        "high_watermark": answer.high_watermark,
+        "last_stable_offset": answer.last_stable_offset,
+        "log_start_offset": answer.log_start_offset,
         "aborted_transactions": [] if committed else None,
-        "records": records,
+        "records": encode_fetch(answer) if with_records else b"",
     }
 
 
@@ -471,335 +469,3 @@ async def delete_records(call: Call, request: Any) -> Mapping[str, Any]:
         "throttle_time": 0,
         "topics": [{"name": n, "partitions": e} for n, e in topics.items()],
     }
-
-
-# ------------------------------------------------- record translation (stand-in)
-#
-# Kafka RecordBatch v2 <-> raystream's stored batches, one record at a time in Python:
-# a stand-in until the vectorized translation of raystream.kafka.records replaces it.
-
-_KAFKA_BATCH = struct.Struct(">qiibIhiqqqhii")
-"""A Kafka RecordBatch v2 header: base_offset, batch_length, partition_leader_epoch,
-magic, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-producer_epoch, base_sequence, record count."""
-_KAFKA_CRC_START = 21
-_KAFKA_LENGTH_START = 12
-_KAFKA_CODEC_MASK = 0x07
-_KAFKA_TRANSACTIONAL = 0x10
-_KAFKA_CONTROL = 0x20
-_KAFKA_CODECS = {0: None, 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-_STORED_CODECS = {"lz4": "lz4", "zstd": "zstd"}
-"""Kafka codecs raystream stores with the same algorithm (Arrow's); others uncompressed."""
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_COMMIT_MARKER_KEY = struct.pack(">hh", 0, 1)
-_MARKER_VALUE = struct.pack(">hi", 0, 0)
-
-_ENCODER = BatchEncoder()
-_DECODER = PayloadDecoder()
-
-
-@dataclass(frozen=True, slots=True)
-class ProducedBatch:
-    """A Kafka producer's batch as raystream's ProduceRequest carries it."""
-
-    payload: bytes
-    compression: str | None
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-    transactional: bool
-
-
-def decode_produced(data: bytes, meta: TopicMetadata) -> ProducedBatch:
-    """The one Kafka RecordBatch v2 of a produce request's partition, checked (CRC) and
-    decompressed, as the payload of a raystream ProduceRequest of ``meta``'s topic.
-
-    Raises:
-        CorruptRecordError: the CRC does not match or the bytes do not parse.
-        InvalidRecordError: not exactly one v2 batch, a control batch, or a value of a
-            typed topic that is not a JSON object of its schema.
-    """
-    view = memoryview(data)
-    where = f"the record batch for {meta.name}"
-    if len(view) < _KAFKA_BATCH.size:
-        raise CorruptRecordError(f"{where} has {len(view)} bytes, shorter than its header")
-    (_, length, _, magic, crc, attributes, _, base_ts, _, pid, epoch, sequence, count) = (
-        _KAFKA_BATCH.unpack_from(view, 0)
-    )
-    if magic != 2:
-        raise InvalidRecordError(f"{where} has magic {magic}: only record batches v2 are served")
-    end = _KAFKA_LENGTH_START + length
-    if end != len(view):
-        raise InvalidRecordError(
-            f"{where} must be exactly one record batch ({len(view)} bytes, the first "
-            f"batch says {end})"
-        )
-    if crc32c.crc32c(view[_KAFKA_CRC_START:end]) != crc:
-        raise CorruptRecordError(f"{where} fails its CRC check")
-    if attributes & _KAFKA_CONTROL:
-        raise InvalidRecordError(f"{where} is a control batch: clients may not produce those")
-    codec = _KAFKA_CODECS.get(attributes & _KAFKA_CODEC_MASK, "?")
-    if codec == "?":
-        raise InvalidRecordError(f"{where} has unknown codec {attributes & _KAFKA_CODEC_MASK}")
-    try:
-        body = _decompress(codec, view[_KAFKA_BATCH.size : end])
-        keys, values, timestamps, headers = _read_records(body, count, base_ts)
-    except (IndexError, ValueError, OSError, zlib.error, pa.ArrowException) as error:
-        raise CorruptRecordError(f"{where} does not parse: {error}") from None
-    if meta.value_schema is not None:
-        values = _json_values(values, meta.name)
-    batch = build_batch(record_schema(meta.value_schema), keys, values, timestamps, headers)
-    payload = b"".join(_ENCODER.payload(batch, None))
-    return ProducedBatch(
-        payload,
-        _STORED_CODECS.get(codec or ""),
-        pid,
-        epoch,
-        sequence,
-        bool(attributes & _KAFKA_TRANSACTIONAL),
-    )
-
-
-def _json_values(values: list[bytes | None], topic: str) -> list[Any]:
-    """A typed topic's values: each a JSON object (None stays a tombstone)."""
-    decoded = []
-    for index, value in enumerate(values):
-        if value is None:
-            decoded.append(None)
-            continue
-        try:
-            row = json.loads(value)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise InvalidRecordError(
-                f"record {index} for typed topic {topic!r} is not JSON: {error}"
-            ) from None
-        if not isinstance(row, dict):
-            raise InvalidRecordError(
-                f"record {index} for typed topic {topic!r} is JSON {type(row).__name__}, "
-                "not an object of the topic's fields"
-            )
-        decoded.append(row)
-    return decoded
-
-
-def _decompress(codec: str | None, data: memoryview) -> bytes:
-    if codec is None:
-        return bytes(data)
-    if codec == "gzip":
-        return zlib.decompress(data, 47)
-    if codec in ("lz4", "zstd"):
-        return pa.CompressedInputStream(pa.BufferReader(pa.py_buffer(data)), codec).read()
-    raw = bytes(data)  # snappy: Xerial's framing (Java clients) or one raw block
-    if raw.startswith(_XERIAL_MAGIC):
-        out, position = [], 16
-        while position < len(raw):
-            (size,) = struct.unpack_from(">i", raw, position)
-            out.append(_snappy_block(raw[position + 4 : position + 4 + size]))
-            position += 4 + size
-        return b"".join(out)
-    return _snappy_block(raw)
-
-
-def _snappy_block(block: bytes) -> bytes:
-    size, _ = _uvarint(block, 0)
-    return pa.decompress(block, size, codec="snappy", asbytes=True)
-
-
-def _uvarint(buffer: bytes, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buffer[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, position
-        shift += 7
-
-
-def _varint(buffer: bytes, position: int) -> tuple[int, int]:
-    value, position = _uvarint(buffer, position)
-    return (value >> 1) ^ -(value & 1), position
-
-
-def _read_records(
-    body: bytes, count: int, base_ts: int
-) -> tuple[list[bytes | None], list[bytes | None], list[int], list[Any] | None]:
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    timestamps: list[int] = []
-    headers: list[Any] = []
-    any_headers = False
-    position = 0
-    for _ in range(count):
-        length, position = _varint(body, position)
-        end = position + length
-        position += 1  # attributes
-        delta, position = _varint(body, position)
-        timestamps.append(base_ts + delta)
-        _, position = _varint(body, position)  # offset delta: the leader assigns offsets
-        key, position = _bytes(body, position)
-        value, position = _bytes(body, position)
-        keys.append(key)
-        values.append(value)
-        n, position = _varint(body, position)
-        if n:
-            any_headers = True
-            pairs = []
-            for _ in range(n):
-                name, position = _bytes(body, position)
-                data, position = _bytes(body, position)
-                pairs.append(((name or b"").decode(), data))
-            headers.append(pairs)
-        else:
-            headers.append(None)
-        if position != end:
-            raise ValueError(f"a record's length says {length} bytes, its fields differ")
-    if position != len(body):
-        raise ValueError(f"{len(body) - position} bytes after the batch's {count} records")
-    return keys, values, timestamps, headers if any_headers else None
-
-
-def _bytes(buffer: bytes, position: int) -> tuple[bytes | None, int]:
-    size, position = _varint(buffer, position)
-    if size < 0:
-        return None, position
-    end = position + size
-    if end > len(buffer):
-        raise ValueError("a field runs past the batch")
-    return buffer[position:end], end
-
-
-def encode_fetched(answer: FetchResponse, fetch_offset: int, meta: TopicMetadata) -> bytes:
-    """The Kafka record batches (v2, uncompressed) of a replica's fetch answer.
-
-    Every stored batch becomes one Kafka batch with its offsets, leader epoch, producer
-    id, epoch, sequence and transactional flag. When the replica examined batches past
-    the last one it sent (markers, aborted batches it leaves out), a control batch
-    covering them ends the answer, so the client's next fetch starts after them.
-    """
-    out = bytearray()
-    end = fetch_offset
-    typed = meta.value_schema is not None
-    for run in answer.data:
-        for item in stored_batches(pa.py_buffer(run)):
-            header = item.header
-            end = max(end, header.next_offset)
-            if header.is_control:
-                continue
-            _, batch = _DECODER.decode_at(
-                item.buffer, item.position + HEADER_SIZE, item.position + header.size
-            )
-            offsets = batch_offsets(header, batch)
-            out += _kafka_batch(header, user_columns(header, batch), offsets, typed)
-    if answer.next_offset > end:
-        out += _marker_batch(end, answer.next_offset)
-    return bytes(out)
-
-
-def _kafka_batch(header: Any, batch: pa.RecordBatch, offsets: np.ndarray, typed: bool) -> bytes:
-    keys = batch.column("key").to_pylist()
-    if typed:
-        values = [
-            None if v is None else json.dumps(v, default=str).encode()
-            for v in batch.column("value").to_pylist()
-        ]
-    else:
-        values = batch.column("value").to_pylist()
-    timestamps = batch.column("timestamp").to_numpy(zero_copy_only=False).astype(np.int64)
-    headers = batch.column("headers").to_pylist()
-    base_offset = header.base_offset
-    base_ts = int(timestamps[0]) if len(timestamps) else header.base_timestamp
-    body = bytearray()
-    for i in range(batch.num_rows):
-        record = bytearray(b"\x00")
-        record += _zigzag(int(timestamps[i]) - base_ts)
-        record += _zigzag(int(offsets[i]) - base_offset)
-        _put_bytes(record, keys[i])
-        _put_bytes(record, values[i])
-        pairs = headers[i] or ()
-        record += _zigzag(len(pairs))
-        for pair in pairs:
-            _put_bytes(record, pair["key"].encode())
-            _put_bytes(record, pair["value"])
-        body += _zigzag(len(record))
-        body += record
-    max_ts = int(timestamps.max()) if len(timestamps) else header.max_timestamp
-    attributes = header.attributes & (ATTR_TRANSACTIONAL | ATTR_LOG_APPEND_TIME)
-    return _seal(
-        base_offset,
-        header.partition_leader_epoch,
-        attributes,
-        header.last_offset_delta,
-        base_ts,
-        max_ts,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        batch.num_rows,
-        bytes(body),
-    )
-
-
-def _marker_batch(start: int, end: int) -> bytes:
-    """A control batch (a commit marker) spanning ``[start, end)``: what clients skip."""
-    record = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta, offset delta
-    _put_bytes(record, _COMMIT_MARKER_KEY)
-    _put_bytes(record, _MARKER_VALUE)
-    record += b"\x00"  # no headers
-    body = _zigzag(len(record)) + bytes(record)
-    return _seal(
-        start, -1, _KAFKA_CONTROL | _KAFKA_TRANSACTIONAL, end - 1 - start, 0, 0, -1, -1, -1, 1, body
-    )
-
-
-def _seal(
-    base_offset: int,
-    leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_ts: int,
-    max_ts: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    count: int,
-    body: bytes,
-) -> bytes:
-    head = bytearray(
-        _KAFKA_BATCH.pack(
-            base_offset,
-            _KAFKA_BATCH.size - _KAFKA_LENGTH_START + len(body),
-            leader_epoch,
-            2,
-            0,
-            attributes,
-            last_offset_delta,
-            base_ts,
-            max_ts,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        )
-    )
-    crc = crc32c.crc32c(body, crc32c.crc32c(head[_KAFKA_CRC_START:]))
-    struct.pack_into(">I", head, 17, crc)
-    return bytes(head) + body
-
-
-def _zigzag(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _put_bytes(out: bytearray, value: bytes | None) -> None:
-    if value is None:
-        out += b"\x01"  # zigzag(-1)
-        return
-    out += _zigzag(len(value))
-    out += value
