@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raystream.kafka.codec import Header, build, request_schema, response_schema
+from raystream.kafka.codec import build, request_schema, response_schema
 from raystream.types import TopicPartition
 
 # --------------------------------------------------------------------- helpers
@@ -36,7 +36,8 @@ def _records(partitions: int) -> list[tuple[int, bytes | None, bytes | None, lis
 
 
 def _confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, **config):
-    from confluent_kafka import Consumer, TopicPartition as KTP
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KTP
 
     consumer = Consumer(
         {
@@ -72,7 +73,8 @@ def _confluent_consume(bootstrap: str, topic: str, partitions: int, count: int, 
 
 
 def _kafka_python_consume(bootstrap: str, topic: str, partitions: int, count: int, **config):
-    from kafka import KafkaConsumer, TopicPartition as KTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
 
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=None, fetch_max_wait_ms=100, **config
@@ -96,7 +98,8 @@ def _kafka_python_consume(bootstrap: str, topic: str, partitions: int, count: in
 
 def _aiokafka_consume(bootstrap: str, topic: str, partitions: int, count: int):
     async def run() -> list:
-        from aiokafka import AIOKafkaConsumer, TopicPartition as KTP
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka import TopicPartition as KTP
 
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=100)
         await consumer.start()
@@ -134,10 +137,11 @@ def _expected(records: list, partitions: int) -> list:
 
 def _call(bootstrap: str, api_key: int, version: int, values: dict) -> Any:
     """One request with kio's classes over a socket; the decoded response."""
-    from kio.schema.request_header.v2.header import RequestHeader as V2
-    from kio.schema.request_header.v1.header import RequestHeader as V1
-    from kio.serial import entity_reader, entity_writer
     import io
+
+    from kio.schema.request_header.v1.header import RequestHeader as V1
+    from kio.schema.request_header.v2.header import RequestHeader as V2
+    from kio.serial import entity_reader, entity_writer
 
     schema = request_schema(api_key, version)
     buffer = io.BytesIO()
@@ -421,9 +425,11 @@ def test_fetch_past_the_log_end_is_offset_out_of_range(
 def test_list_offsets_earliest_latest_and_by_timestamp_then_delete_records(
     bootstrap: str, kafka_topic: Callable[..., str]
 ) -> None:
-    from confluent_kafka import Consumer, Producer, TopicPartition as KTP
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KTP
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaConsumer, TopicPartition as PTP
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as PTP
 
     topic = kafka_topic(partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
@@ -461,7 +467,7 @@ def test_offset_for_leader_epoch_answers_the_leader_s_epoch_end(
 ) -> None:
     topic = kafka_topic(partitions=1)
     producer = kafka_cluster.producer()
-    for i in range(3):
+    for _ in range(3):
         producer.send(topic, value=b"x", partition=0)
     producer.flush(30)
     producer.close()
@@ -551,9 +557,7 @@ def test_a_resent_idempotent_batch_is_written_once_and_a_gap_is_refused(
             {
                 "acks": -1,
                 "timeout": 10_000,
-                "topic_data": [
-                    {"name": topic, "partition_data": [{"index": 0, "records": data}]}
-                ],
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": data}]}],
             },
         )
         return answer.responses[0].partition_responses[0]
