@@ -72,6 +72,7 @@ class KafkaListener:
         self._partitions = PartitionClient(namespace)
         self._servers: list[KafkaServer] = []
         self._coordinators: dict[str, Any] = {}
+        self._topic_ids: dict[str, str] = {}
         self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
         self._offset_sequences: dict[tuple[int, int], tuple[int, int]] = {}
         # Ray runs an async actor's constructor on its event loop: binding starts now,
@@ -223,6 +224,30 @@ class KafkaListener:
             except RaystreamError as error:
                 found.append(error)
         return found
+
+    async def topic_metadata(self, name: str) -> TopicMetadata:
+        """The topic's metadata, cached (refreshed when a leader is found stale)."""
+        return await self._partitions.topic_metadata(name)
+
+    async def topic_by_id(self, topic_id: str) -> TopicMetadata | None:
+        """The topic with this id (hex): from the cache, else looked up among all
+        topics (a miss costs a listing; a deleted topic's id stays a miss)."""
+        name = self._topic_ids.get(topic_id)
+        if name is None:
+            for found in await self.topics(None):
+                if isinstance(found, TopicMetadata):
+                    self._topic_ids[found.topic_id] = found.name
+            name = self._topic_ids.get(topic_id)
+            if name is None:
+                return None
+        try:
+            meta = await self._partitions.topic_metadata(name)
+        except RaystreamError:
+            meta = None
+        if meta is None or meta.topic_id != topic_id:  # deleted, or made again
+            self._topic_ids.pop(topic_id, None)
+            return None
+        return meta
 
     async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
         """The live listeners (as brokers, for this listener's protocol) and the broker

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
-from raystream.kafka import admin, groups, txn
+from raystream.kafka import admin, data, groups, txn
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -128,6 +128,9 @@ def _topic_entry(meta: TopicMetadata, node_ids: Mapping[str, int], live: set[int
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
+        Api(0, "Produce", 3, 13, data.produce),
+        Api(1, "Fetch", 4, 18, data.fetch),
+        Api(2, "ListOffsets", 1, 11, data.list_offsets),
         Api(3, "Metadata", 0, 12, metadata),
         # OffsetCommit/OffsetFetch v10 name topics by id only (KIP-848 era): not yet.
         Api(8, "OffsetCommit", 2, 9, groups.offset_commit),
@@ -142,7 +145,9 @@ APIS: dict[int, Api] = {
         Api(18, "ApiVersions", 0, 4, api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
+        Api(21, "DeleteRecords", 0, 2, data.delete_records),
         Api(22, "InitProducerId", 0, 5, txn.init_producer_id),
+        Api(23, "OffsetForLeaderEpoch", 2, 4, data.offset_for_leader_epoch),
         Api(24, "AddPartitionsToTxn", 0, 3, txn.add_partitions_to_txn),
         Api(25, "AddOffsetsToTxn", 0, 4, txn.add_offsets_to_txn),
         Api(26, "EndTxn", 0, 4, txn.end_txn),

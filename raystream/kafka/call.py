@@ -73,6 +73,17 @@ class Backend(Protocol):
         """Metadata of the named topics (None: every visible topic), an error in place
         of each that cannot be described."""
 
+    async def topic_metadata(self, name: str) -> TopicMetadata:
+        """The topic's metadata, cached (produce and fetch read its layout).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic.
+        """
+
+    async def topic_by_id(self, topic_id: str) -> TopicMetadata | None:
+        """The metadata of the topic whose id (hex) this is, None if there is none
+        (Kafka APIs that name topics by id)."""
+
     async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
         """(the live listeners as brokers, the broker id of every Ray node)."""
 

@@ -1,0 +1,431 @@
+"""The Kafka data-plane APIs: Produce, Fetch, ListOffsets, OffsetForLeaderEpoch,
+DeleteRecords, and InitProducerId (without which an idempotent producer cannot produce).
+
+Each handler turns one Kafka request into raystream's typed requests, one per partition
+(:mod:`raystream.requests`), sends them to the partitions' leaders concurrently
+through the :class:`~raystream.kafka.call.Backend`, and answers with the leaders'
+results and error codes (raystream's error codes are Kafka's). Nothing here keeps
+state or re-implements the broker: deduplication and fencing of idempotent producers,
+long polling, read_committed and the offsets' rules are the replicas'.
+
+Produce. One Kafka RecordBatch is one raystream :class:`~raystream.requests.
+ProduceRequest`, with the batch's producer id, epoch, base sequence and transactional
+flag forwarded, so an idempotent or transactional Kafka producer gets the replica's
+per-batch sequence checks exactly as raystream's own producer does. ``acks=0`` gets no
+answer (the append is still awaited, so that requests of a connection land in order).
+Record batches are translated both ways by :mod:`raystream.kafka.records`.
+
+Fetch. Each partition is one :class:`~raystream.requests.FetchRequest`. The replica
+long-polls itself (it waits on its high watermark for ``min_bytes`` up to
+``max_wait_ms``), so the listener never polls in a loop: it first asks every partition
+for what it has now (``max_wait_ms=0``); if that is less than ``min_bytes`` it asks
+again with ``max_wait_ms`` and answers as soon as the first partition answers with
+data (the other polls are abandoned: a replica answers an abandoned poll when its wait
+ends and the answer is dropped). ``min_bytes`` is then applied per partition, not
+summed over partitions: a request whose partitions each hold less than ``min_bytes``
+but together more waits until ``max_wait_ms``, which Kafka would answer sooner (the
+clients' default ``fetch.min.bytes`` is 1, where both agree).
+
+read_committed: the replica reads below the last stable offset and leaves aborted
+batches and transaction markers out, so the answer's ``aborted_transactions`` list is
+always empty (the equivalent of the list, applied at the source). Where the replica
+skipped batches at the end of what it read (markers, aborted batches), the answer ends
+with a control batch covering them, so that every client advances past them.
+
+Fetch sessions (KIP-227): none. Every answer has ``session_id`` 0 (Kafka's "no session"),
+whatever the request's session id and epoch: a client that asked for a session
+(kafka-python does, with epoch 0) learns that none was made and sends its next request
+as a full fetch again; one that does not ask (epoch -1) is answered in full anyway. So
+every request lists all its partitions and is answered for all of them; forgotten
+topics are ignored (there is no session to forget them from).
+
+Fetch v13+ and Produce v13 name topics by id: ids are resolved through the backend's
+topic metadata (unknown: UNKNOWN_TOPIC_ID per partition).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from raystream.errors import InvalidRecordError, InvalidRequestError, RaystreamError
+from raystream.kafka.call import NONE, Call
+from raystream.kafka.records import decode_produce, encode_fetch
+from raystream.log.batch import BatchEncoder, payload_size
+from raystream.protocol import INLINE_BYTES, FetchResponse
+from raystream.requests import (
+    DeleteRecordsRequest,
+    FetchRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceRequest,
+)
+
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_REQUEST = 42
+UNKNOWN_TOPIC_ID = 100
+READ_COMMITTED = 1
+"""Kafka's isolation_level byte for read_committed (0: read_uncommitted)."""
+EARLIEST_LOCAL_TIMESTAMP = -4
+"""ListOffsets' "earliest local offset" (tiered storage): the log start offset here."""
+
+_ENCODER = BatchEncoder()
+"""Serializes decoded Kafka batches for the produce call (caches the schema message;
+the listener's one event loop is its only user)."""
+
+
+# ---------------------------------------------------------------- topic names
+
+
+async def _names_by_id(call: Call, ids: Iterable[Any]) -> dict[Any, str | None]:
+    """Topic names of Kafka topic ids (None: no such topic)."""
+    found: dict[Any, str | None] = {}
+    for topic_id in set(ids):
+        meta = await call.backend.topic_by_id(topic_id.hex) if topic_id is not None else None
+        found[topic_id] = None if meta is None else meta.name
+    return found
+
+
+async def _topic_names(call: Call, topics: Iterable[Any]) -> list[tuple[Any, str | None]]:
+    """(the topic's key in the answer, its name or None) per topic of a request: the
+    name where the version has one, else the name of its topic id."""
+    topics = list(topics)
+    if not topics or hasattr(topics[0], "name") or hasattr(topics[0], "topic"):
+        return [(_name_of(t), _name_of(t)) for t in topics]
+    names = await _names_by_id(call, (t.topic_id for t in topics))
+    return [(t.topic_id, names[t.topic_id]) for t in topics]
+
+
+def _name_of(topic: Any) -> str:
+    return topic.name if hasattr(topic, "name") else topic.topic
+
+
+def _key_field(version_has_ids: bool) -> str:
+    return "topic_id" if version_has_ids else "name"
+
+
+async def _gather(calls: list[Awaitable[Any]]) -> list[Any]:
+    """Answers of concurrent backend calls, a call that raised answered by its error."""
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
+def _error_code(answer: Any) -> int:
+    if isinstance(answer, RaystreamError):
+        return answer.code
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer.error_code
+
+
+# --------------------------------------------------------------------- Produce
+
+
+async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
+    """Append each partition's record batch at its leader, all partitions at once."""
+    acks = int(request.acks)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    named = await _topic_names(call, request.topic_data)
+    by_id = bool(request.topic_data) and not hasattr(request.topic_data[0], "name")
+    jobs = []
+    for (key, name), topic in zip(named, request.topic_data, strict=True):
+        for part in topic.partition_data:
+            jobs.append((key, name, part.index, part.records))
+    answers = await _gather(
+        [
+            _produce_partition(call, name, index, records, acks, timeout_ms)
+            for _, name, index, records in jobs
+        ]
+    )
+    if acks == 0:
+        return None
+    topics: dict[Any, list[dict[str, Any]]] = {}
+    for (key, name, index, _), answer in zip(jobs, answers, strict=True):
+        entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_start_offset": -1}
+        if name is None:
+            entry["error_code"] = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+        elif isinstance(answer, BaseException):
+            if not isinstance(answer, RaystreamError):
+                raise answer
+            entry.update(error_code=answer.code, error_message=str(answer))
+        else:
+            entry.update(
+                error_code=answer.error_code,
+                error_message=answer.message or None,
+                base_offset=answer.base_offset,
+                log_start_offset=answer.log_start_offset,
+                log_append_time=None if answer.log_append_time < 0 else answer.log_append_time,
+            )
+        topics.setdefault(key, []).append(entry)
+    return {
+        "throttle_time": 0,
+        "responses": [
+            {_key_field(by_id): key, "partition_responses": entries}
+            for key, entries in topics.items()
+        ],
+    }
+
+
+async def _produce_partition(
+    call: Call, topic: str | None, partition: int, records: bytes | None, acks: int, timeout_ms: int
+) -> Any:
+    """One partition's batch as one raystream ProduceRequest; the leader's answer."""
+    if topic is None:
+        return None
+    if not records:
+        raise InvalidRecordError(f"produce to {topic}-{partition} carries no record batch")
+    meta = await call.backend.topic_metadata(topic)
+    batches = decode_produce(records, meta.value_schema)
+    if len(batches) != 1:  # as Kafka's broker: v3+ carries exactly one batch
+        raise InvalidRecordError(
+            f"produce to {topic}-{partition} carries {len(batches)} record batches, not exactly one"
+        )
+    (batch,) = batches
+    identified = batch.producer_id >= 0
+    return await call.backend.send(
+        ProduceRequest(
+            topic,
+            partition,
+            _payload(batch.records),
+            acks=acks,
+            timeout_ms=max(timeout_ms, 0),
+            compression_type=batch.compression_type,
+            producer_id=batch.producer_id if identified else -1,
+            producer_epoch=batch.producer_epoch if identified else -1,
+            base_sequence=batch.base_sequence if identified else -1,
+            transactional=batch.transactional,
+        )
+    )
+
+
+def _payload(batch: pa.RecordBatch) -> bytes | pa.Buffer:
+    """``batch`` as a produce call carries it, as raystream's producer sends it: bytes
+    when Ray passes them inline, else one Arrow buffer (moved out of band)."""
+    pieces = _ENCODER.payload(batch, None)
+    size = payload_size(pieces)
+    if size <= INLINE_BYTES:
+        return b"".join(pieces)
+    buffer = pa.allocate_buffer(size)
+    stream = pa.FixedSizeBufferWriter(buffer)
+    for piece in pieces:
+        stream.write(piece)
+    return buffer
+
+
+# ----------------------------------------------------------------------- Fetch
+
+
+async def fetch(call: Call, request: Any) -> Mapping[str, Any]:
+    """Records of the asked partitions from their fetch offsets, long-polled."""
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    committed = request.isolation_level == READ_COMMITTED
+    isolation = "read_committed" if committed else "read_uncommitted"
+    max_bytes = max(int(request.max_bytes), 1)
+    by_id = bool(request.topics) and not hasattr(request.topics[0], "topic")
+    named = await _topic_names(call, request.topics)
+    wanted = []  # (key, name, partition, fetch_offset, partition_max_bytes)
+    for (key, name), topic in zip(named, request.topics, strict=True):
+        for p in topic.partitions:
+            limit = min(int(p.partition_max_bytes), max_bytes)
+            wanted.append((key, name, p.partition, int(p.fetch_offset), limit))
+
+    def poll(i: int, wait_ms: int, min_bytes: int) -> Awaitable[Any]:
+        _, name, partition, offset, limit = wanted[i]
+        return call.backend.send(
+            FetchRequest(name, partition, offset, limit, wait_ms, min_bytes, isolation)
+        )
+
+    live = [i for i, w in enumerate(wanted) if w[1] is not None]
+    answers: dict[int, Any] = dict(
+        zip(live, await _gather([poll(i, 0, 1) for i in live]), strict=True)
+    )
+    if max_wait_ms > 0 and _fetched_bytes(answers.values()) < max(int(request.min_bytes), 1):
+        waiting = [i for i in live if _error_code(answers[i]) == NONE]
+        answers.update(await _long_poll(waiting, poll, max_wait_ms, int(request.min_bytes)))
+    topics: dict[Any, list[dict[str, Any]]] = {}
+    budget = max_bytes
+    for i, (key, name, partition, _, _) in enumerate(wanted):
+        if name is None:
+            code = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+            topics.setdefault(key, []).append(_fetch_entry(partition, code))
+            continue
+        answer = answers[i]
+        code = _error_code(answer)
+        if code != NONE:
+            topics.setdefault(key, []).append(_fetch_entry(partition, code))
+            continue
+        size = sum(len(run) for run in answer.data)
+        # Past the request's max_bytes (the first data always goes): fetched next time.
+        with_records = not (size and budget <= 0)
+        if with_records:
+            budget -= size
+        topics.setdefault(key, []).append(
+            _fetched_partition(partition, answer, with_records, committed)
+        )
+    return {
+        "throttle_time": 0,
+        "error_code": NONE,
+        "session_id": 0,
+        "responses": [
+            {"topic_id" if by_id else "topic": key, "partitions": entries}
+            for key, entries in topics.items()
+        ],
+    }
+
+
+async def _long_poll(
+    waiting: list[int], poll: Any, max_wait_ms: int, min_bytes: int
+) -> dict[int, Any]:
+    """Long polls of the ``waiting`` partitions; the answers there are once the first
+    brings data or an error (or every poll ended)."""
+    if not waiting:
+        return {}
+    tasks = {asyncio.ensure_future(poll(i, max_wait_ms, max(min_bytes, 1))): i for i in waiting}
+    pending = set(tasks)
+    done_answers: dict[int, Any] = {}
+    try:
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=max_wait_ms / 1000 + 5.0, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                break
+            for task in done:
+                answer = task.exception() or task.result()
+                done_answers[tasks[task]] = answer
+            if any(
+                _error_code(a) != NONE or (a.data if isinstance(a, FetchResponse) else False)
+                for a in done_answers.values()
+            ):
+                break
+    finally:
+        for task in pending:
+            task.cancel()
+    return done_answers
+
+
+def _fetched_bytes(answers: Iterable[Any]) -> int:
+    return sum(sum(len(run) for run in a.data) for a in answers if isinstance(a, FetchResponse))
+
+
+def _fetch_entry(partition: int, code: int) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "records": None,
+    }
+
+
+def _fetched_partition(
+    partition: int, answer: FetchResponse, with_records: bool, committed: bool
+) -> dict[str, Any]:
+    """One partition of a Fetch answer: its offsets, and its records as Kafka record
+    batches unless the request's ``max_bytes`` was spent before it."""
+    return {
+        "partition_index": partition,
+        "error_code": NONE,
+        "high_watermark": answer.high_watermark,
+        "last_stable_offset": answer.last_stable_offset,
+        "log_start_offset": answer.log_start_offset,
+        "aborted_transactions": [] if committed else None,
+        "records": encode_fetch(answer) if with_records else b"",
+    }
+
+
+# ----------------------------------------------------------------- ListOffsets
+
+
+async def list_offsets(call: Call, request: Any) -> Mapping[str, Any]:
+    """Earliest (-2), latest (-1) or first-at-timestamp offsets of each partition.
+
+    Latest is the last stable offset for read_committed. The max-timestamp query (-3)
+    is refused per partition with INVALID_REQUEST: the replica keeps no index of it."""
+    isolation = (
+        "read_committed"
+        if getattr(request, "isolation_level", 0) == READ_COMMITTED
+        else "read_uncommitted"
+    )
+    jobs = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            jobs.append((topic.name, p.partition_index, int(p.timestamp)))
+
+    async def one(name: str, partition: int, timestamp: int) -> Any:
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            timestamp = -2
+        if timestamp < -2:
+            return InvalidRequestError(
+                f"ListOffsets timestamp {timestamp} of {name}-{partition} is not served "
+                "(use -2 earliest, -1 latest, or a time in ms)"
+            )
+        return await call.backend.send(ListOffsetsRequest(name, partition, timestamp, isolation))
+
+    answers = await _gather([one(*job) for job in jobs])
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (name, partition, timestamp), answer in zip(jobs, answers, strict=True):
+        code = _error_code(answer)
+        entry: dict[str, Any] = {"partition_index": partition, "error_code": code}
+        if code == NONE:
+            entry["offset"] = answer.offset
+            entry["timestamp"] = answer.timestamp if timestamp >= 0 and answer.offset >= 0 else -1
+        topics.setdefault(name, []).append(entry)
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": n, "partitions": e} for n, e in topics.items()],
+    }
+
+
+# --------------------------------------------------------- OffsetForLeaderEpoch
+
+
+async def offset_for_leader_epoch(call: Call, request: Any) -> Mapping[str, Any]:
+    """Where each asked leader epoch ended on the partition's leader."""
+    jobs = [
+        (topic.topic, p.partition, int(p.leader_epoch))
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    answers = await _gather(
+        [call.backend.send(OffsetForLeaderEpochRequest(t, p, e)) for t, p, e in jobs]
+    )
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (name, partition, _), answer in zip(jobs, answers, strict=True):
+        code = _error_code(answer)
+        entry: dict[str, Any] = {"partition": partition, "error_code": code}
+        if code == NONE:
+            entry.update(leader_epoch=answer.leader_epoch, end_offset=answer.end_offset)
+        topics.setdefault(name, []).append(entry)
+    return {
+        "throttle_time": 0,
+        "topics": [{"topic": n, "partitions": e} for n, e in topics.items()],
+    }
+
+
+# --------------------------------------------------------------- DeleteRecords
+
+
+async def delete_records(call: Call, request: Any) -> Mapping[str, Any]:
+    """Advance each partition's log start offset (-1: to its high watermark)."""
+    jobs = [
+        (topic.name, p.partition_index, int(p.offset))
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    answers = await _gather([call.backend.send(DeleteRecordsRequest(t, p, o)) for t, p, o in jobs])
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (name, partition, _), answer in zip(jobs, answers, strict=True):
+        code = _error_code(answer)
+        low = answer.low_watermark if code == NONE else -1
+        topics.setdefault(name, []).append(
+            {"partition_index": partition, "error_code": code, "low_watermark": low}
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": n, "partitions": e} for n, e in topics.items()],
+    }
