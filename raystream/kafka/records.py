@@ -270,8 +270,9 @@ def _decode_records(
     size = len(records)
     if count > size // _MIN_RECORD_SIZE:
         raise CorruptRecordError(f"{where}: {count} records cannot fit in {size} bytes")
-    data = np.zeros(size + _PAD, dtype=np.uint8)
+    data = np.empty(size + _PAD, dtype=np.uint8)
     data[:size] = np.frombuffer(records, dtype=np.uint8)
+    data[size:] = 0
     starts, lengths, length_sizes = _record_starts(data, size, count, where)
     ends = starts + length_sizes + lengths
     position = starts + length_sizes + 1  # past the attributes byte
@@ -312,7 +313,7 @@ def _decode_records(
         [
             _binary(buffer, key_starts, key_lengths),
             _binary(buffer, value_starts, value_lengths),
-            pa.array(timestamps, pa.int64()),
+            pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(timestamps)]),
             headers,
         ],
         schema=BYTES_SCHEMA,
