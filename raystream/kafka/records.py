@@ -270,8 +270,9 @@ def _decode_records(
     size = len(records)
     if count > size // _MIN_RECORD_SIZE:
         raise CorruptRecordError(f"{where}: {count} records cannot fit in {size} bytes")
-    data = np.zeros(size + _PAD, dtype=np.uint8)
+    data = np.empty(size + _PAD, dtype=np.uint8)
     data[:size] = np.frombuffer(records, dtype=np.uint8)
+    data[size:] = 0
     starts, lengths, length_sizes = _record_starts(data, size, count, where)
     ends = starts + length_sizes + lengths
     position = starts + length_sizes + 1  # past the attributes byte
@@ -312,7 +313,7 @@ def _decode_records(
         [
             _binary(buffer, key_starts, key_lengths),
             _binary(buffer, value_starts, value_lengths),
-            pa.array(timestamps, pa.int64()),
+            pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(timestamps)]),
             headers,
         ],
         schema=BYTES_SCHEMA,
@@ -423,10 +424,24 @@ def _varints(
     A varint longer than ten bytes, or one ending past ``size``, is refused; unless not
     ``strict`` (guessing), where such a varint's size is made too large to chain.
     """
-    first = data[positions]
+    first = data[positions].astype(np.int64)
+    more = first >= 0x80
+    if not more.any():  # all one byte
+        if strict and (positions >= size).any():
+            bad = int(np.flatnonzero(positions >= size)[0])
+            raise CorruptRecordError(f"{where}: record {bad}'s {field} runs past the batch end")
+        return (first >> 1) ^ -(first & 1), np.ones(len(positions), dtype=np.int64)
+    second = data[positions + 1].astype(np.int64)
+    if not (more & (second >= 0x80)).any():  # all one or two bytes
+        raw = (first & 0x7F) | ((second & 0x7F) << 7) * more
+        sizes = 1 + more
+        if strict and (positions + sizes > size).any():
+            bad = int(np.flatnonzero(positions + sizes > size)[0])
+            raise CorruptRecordError(f"{where}: record {bad}'s {field} runs past the batch end")
+        return (raw >> 1) ^ -(raw & 1), sizes
     raw = (first & 0x7F).astype(np.uint64)
     sizes = np.ones(len(positions), dtype=np.int64)
-    more = np.flatnonzero(first >= 0x80)
+    more = np.flatnonzero(more)
     shift = 7
     while more.size:
         if shift >= 70:
@@ -632,8 +647,8 @@ def _compress(codec: str, records: Piece) -> bytes:
     """``records`` compressed as Kafka clients expect ``codec``."""
     if codec == "gzip":
         return bytes(cramjam.gzip.compress(records))
-    if codec == "lz4":
-        return bytes(cramjam.lz4.compress(records))
+    if codec == "lz4":  # level 1: LZ4's fast mode, as Kafka's clients (the default is HC)
+        return bytes(cramjam.lz4.compress(records, level=1))
     if codec == "zstd":
         return bytes(cramjam.zstd.compress(records))
     pieces = [_XERIAL_HEADER.pack(_XERIAL_MAGIC, 1, 1)]
@@ -805,26 +820,28 @@ def _encode_records(
     """The records section: each record's varint framing built for all records at once
     with numpy, joined with the keys, values and headers by one Arrow kernel."""
     count = len(keys)
-    key_lengths = _byte_lengths(keys)
+    no_keys = keys.null_count == count
+    key_lengths = _varints_of(-1 if no_keys else _byte_lengths(keys))
     value_lengths = _byte_lengths(values)
     header_counts, header_bytes = _encode_headers(headers)
-    tail = np.maximum(key_lengths, 0) + np.maximum(value_lengths, 0)
+    stamps = _varints_of(timestamp_deltas)
+    deltas = _varints_of(offset_deltas)
+    sizes = _varints_of(value_lengths)
+    counts = _varints_of(header_counts)
     # attributes byte (0) + the record's own varints + key and value bytes + headers
-    lengths = (
-        1
-        + _varint_sizes(timestamp_deltas)
-        + _varint_sizes(offset_deltas)
-        + _varint_sizes(key_lengths)
-        + _varint_sizes(value_lengths)
-        + _varint_sizes(header_counts)
-        + tail
-    )
+    lengths = 1 + np.maximum(value_lengths, 0)
+    for column in (stamps, deltas, key_lengths, sizes, counts):
+        lengths += _width(column)
+    if not no_keys:
+        lengths += np.maximum(key_lengths[2], 0)
     if header_bytes is not None:
         lengths += _byte_lengths(header_bytes)
-    front = _varint_rows([lengths, 0, timestamp_deltas, offset_deltas, key_lengths])
-    middle = _varint_rows([value_lengths])
-    back = _varint_rows([header_counts])
-    parts = [front, _filled(keys), middle, _filled(values), back]
+    front = [_varints_of(lengths), _ATTRIBUTES, stamps, deltas, key_lengths]
+    if no_keys:  # the value's length follows the key's right away
+        parts = [_varint_rows([*front, sizes], count)]
+    else:
+        parts = [_varint_rows(front, count), _filled(keys), _varint_rows([sizes], count)]
+    parts += [_filled(values), _varint_rows([counts], count)]
     if header_bytes is not None:
         parts.append(header_bytes)
     joined = pc.binary_join_element_wise(*parts, b"")
@@ -854,10 +871,11 @@ def _encode_headers(headers: pa.Array) -> tuple[np.ndarray | int, pa.Array | Non
         values = pc.if_else(entries.is_valid(), values, pa.scalar(None, pa.binary()))
     key_lengths = np.maximum(_byte_lengths(keys), 0)
     value_lengths = _byte_lengths(values)
+    entry_count = len(keys)
     encoded = pc.binary_join_element_wise(
-        _varint_rows([key_lengths]),
+        _varint_rows([_varints_of(key_lengths)], entry_count),
         _filled(keys),
-        _varint_rows([value_lengths]),
+        _varint_rows([_varints_of(value_lengths)], entry_count),
         _filled(values),
         b"",
     )
@@ -890,17 +908,30 @@ def _filled(array: pa.Array) -> pa.Array:
     return array
 
 
-def _varint_sizes(values: np.ndarray | int) -> np.ndarray | int:
-    """Bytes of each value as a zigzag varint."""
+_Varints = tuple[np.ndarray, np.ndarray, np.ndarray] | bytes
+"""A column of varints to write: (zigzag values, byte widths, the values), or the
+bytes of one value every row has."""
+_ATTRIBUTES = b"\x00"
+"""A record's attributes byte: Kafka defines none."""
+
+
+def _varints_of(values: np.ndarray | int) -> _Varints:
+    """``values`` as a column of zigzag varints (an int: the same in every row)."""
     if isinstance(values, int):
-        return len(_py_zigzag(values))
-    zigzag = _zigzag(values)
-    return np.searchsorted(_VARINT_LIMITS, zigzag, side="right") + 1
-
-
-def _zigzag(values: np.ndarray) -> np.ndarray:
+        return _py_zigzag(values)
     values = np.asarray(values, dtype=np.int64)
-    return ((values << 1) ^ (values >> 63)).view(np.uint64)
+    zigzag = ((values << 1) ^ (values >> 63)).view(np.uint64)
+    widths = np.ones(len(zigzag), np.int64)
+    top = int(zigzag.max()) if len(zigzag) else 0
+    for limit in _VARINT_LIMITS:
+        if top < limit:
+            break
+        widths += zigzag >= limit
+    return zigzag, widths, values
+
+
+def _width(column: _Varints) -> np.ndarray | int:
+    return len(column) if isinstance(column, bytes) else column[1]
 
 
 def _py_zigzag(value: int) -> bytes:
@@ -913,57 +944,52 @@ def _py_zigzag(value: int) -> bytes:
     return bytes(out)
 
 
-def _varint_rows(columns: Sequence[np.ndarray | int]) -> pa.Array | pa.Scalar:
-    """A binary array whose element i is the zigzag varints of ``columns[*][i]`` laid
-    end to end (an int column is that value in every row); a scalar when all are ints."""
-    arrays = [c for c in columns if not isinstance(c, int)]
-    if not arrays:
-        return pa.scalar(b"".join(_py_zigzag(c) for c in columns), pa.binary())
-    count = len(arrays[0])
-    zigzags = [c if isinstance(c, int) else _zigzag(c) for c in columns]
-    sizes = [
-        len(_py_zigzag(c))
-        if isinstance(c, int)
-        else np.searchsorted(_VARINT_LIMITS, z, "right") + 1
-        for c, z in zip(columns, zigzags, strict=True)
-    ]
+def _varint_rows(columns: Sequence[_Varints], count: int) -> pa.Array | pa.Scalar:
+    """A binary array whose element i is the varints of ``columns[*][i]`` laid end to
+    end; a scalar when every column is the same in every row."""
+    if all(isinstance(c, bytes) for c in columns):
+        return pa.scalar(b"".join(columns), pa.binary())  # type: ignore[arg-type]
     row = np.zeros(count, np.int64)
-    for s in sizes:
-        row += s
+    for column in columns:
+        row += _width(column)
     offsets = np.zeros(count + 1, np.int32)
     np.cumsum(row, out=offsets[1:])
     out = np.zeros(int(offsets[-1]), np.uint8)
     position = offsets[:-1].astype(np.int64)
-    for column, zigzag, s in zip(columns, zigzags, sizes, strict=True):
-        if isinstance(column, int):
-            for k, byte in enumerate(_py_zigzag(column)):
+    for column in columns:
+        if isinstance(column, bytes):
+            for k, byte in enumerate(column):
                 if byte:
                     out[position + k] = byte
+            position += len(column)
         else:
-            _write_varints(out, position, zigzag, s)
-        position = position + s
+            _write_varints(out, position, column[0], column[1])
+            position += column[1]
     return pa.Array.from_buffers(
         pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(out)]
     )
 
 
 def _write_varints(
-    out: np.ndarray, position: np.ndarray, zigzag: np.ndarray, sizes: np.ndarray
+    out: np.ndarray, position: np.ndarray, zigzag: np.ndarray, widths: np.ndarray
 ) -> None:
     """Write each ``zigzag[i]`` as LEB128 at ``out[position[i]:]``, all rows at once."""
     if not len(zigzag):
         return
-    longest = int(sizes.max())
-    if longest == 1:
-        out[position] = zigzag
+    low = zigzag & np.uint64(0x7F)
+    more = widths > 1
+    if not more.any():
+        out[position] = low
         return
-    rows = np.arange(len(zigzag))
-    for k in range(longest):
-        if k:
-            rows = rows[sizes[rows] > k]
+    out[position] = low | (more.astype(np.uint64) << np.uint64(7))
+    rows = np.flatnonzero(more)
+    k = 1
+    while rows.size:
+        rest = widths[rows] > k + 1
         byte = (zigzag[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)
-        byte |= np.where(sizes[rows] > k + 1, np.uint64(0x80), np.uint64(0))
-        out[position[rows] + k] = byte
+        out[position[rows] + k] = byte | (rest.astype(np.uint64) << np.uint64(7))
+        rows = rows[rest]
+        k += 1
 
 
 # ================================================================ typed topics

@@ -28,6 +28,7 @@ from kio.records.readers import read_batch
 from raystream.errors import CorruptRecordError, InvalidRecordError
 from raystream.kafka.records import ProducedBatch, decode_produce, encode_stored
 from raystream.log import Log, LogConfig
+from raystream.log.batch import BatchEncoder
 from raystream.records import BYTES_SCHEMA, build_batch, record_schema
 from raystream.transactions.markers import marker_batch
 
@@ -484,3 +485,58 @@ def test_a_value_that_does_not_fit_the_schema_is_refused(value: bytes, message: 
     data = kafka_batch([(START, None, good, []), (START, None, value, [])])
     with pytest.raises(InvalidRecordError, match=message):
         decode_produce(data, value_schema=SCHEMA)
+
+
+def seal(batch: pa.RecordBatch, base_offset: int, attributes: int = 0) -> bytes:
+    """``batch`` as a stored batch (what the log writes), bytes."""
+    encoder = BatchEncoder()
+    stamps = batch.column("timestamp").to_numpy()
+    pieces, _ = encoder.seal(
+        encoder.payload(batch, None),
+        base_offset=base_offset,
+        partition_leader_epoch=1,
+        attributes=attributes,
+        last_offset_delta=batch.num_rows - 1,
+        base_timestamp=int(stamps.min()),
+        max_timestamp=int(stamps.max()),
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        record_count=batch.num_rows,
+    )
+    return b"".join(bytes(p) for p in pieces)
+
+
+_maybe_bytes = st.none() | st.binary(max_size=40)
+_record = st.tuples(
+    st.integers(-(2**41), 2**45),
+    _maybe_bytes,
+    _maybe_bytes,
+    st.lists(st.tuples(st.text(max_size=8), _maybe_bytes), max_size=3),
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(records=st.lists(_record, min_size=1, max_size=80), base=st.integers(0, 2**40))
+def test_any_records_round_trip_through_both_directions(
+    records: list[tuple[Any, ...]], base: int
+) -> None:
+    batch = build_batch(
+        BYTES_SCHEMA,
+        [r[1] for r in records],
+        [r[2] for r in records],
+        [r[0] for r in records],
+        [r[3] or None for r in records],
+    )
+    data = encode_stored([seal(batch, base)], fetch_offset=base)
+    [(_, rows)] = kafka_read(data)
+    assert [r.offset for r in rows] == list(range(base, base + len(records)))
+    assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in rows] == records
+    assert as_tuples(decode_produce(data)[0]) == records
+
+
+def test_a_typed_topic_marker_is_a_control_batch_with_kafka_s_value() -> None:
+    schema = record_schema(SCHEMA)
+    marker = seal(marker_batch(schema, False, 3, START), 10, attributes=0x30)
+    [(batch, [record])] = kafka_read(encode_stored([marker], fetch_offset=10))
+    assert batch.is_control_batch and record.abort and len(record.value) == 6
