@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import ray
@@ -134,6 +135,10 @@ class KafkaListener:
     async def send(self, request: Request) -> Any:
         """One attempt at the leader of the request's partition (Kafka clients retry)."""
         return await self._partitions.send_once(request)
+
+    async def send_in_order(self, requests: list[Any]) -> list[Awaitable[Any]]:
+        """Each request sent once to its leader, all before this returns, in order."""
+        return await self._partitions.send_in_order(requests)
 
     async def coordinator(self, request: Request) -> Any:
         """``request`` to the group coordinator."""

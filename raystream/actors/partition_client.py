@@ -264,14 +264,47 @@ class PartitionClient:
         retriable error, so that the next attempt (the caller's policy) finds the new
         one. The Kafka listener forwards clients' requests this way: Kafka clients retry
         themselves, after refreshing their metadata."""
-        tp = TopicPartition(request.topic, request.partition)
+        return await (await self.send_in_order([request]))[0]
+
+    async def send_in_order(self, requests: list[PartitionRequest]) -> list[Awaitable[Response]]:
+        """Send ``requests`` one attempt each, in this order, once every leader is known;
+        the awaitable answers (as :meth:`send_once`'s).
+
+        Every request leaves this process before this returns, in list order and with
+        no wait in between, so that a caller that serializes its calls (the Kafka
+        listener, for one connection's produce requests) keeps their order on the way
+        to each leader (one connection per leader, read in order there).
+        """
+        leaders: list[Any] = []
+        for request in requests:
+            tp = TopicPartition(request.topic, request.partition)
+            try:
+                leaders.append(await self._leader(tp))
+            except RaystreamError as failed:
+                leaders.append(failure(failed, request.response))
+        answers = []
+        for request, leader in zip(requests, leaders, strict=True):
+            if isinstance(leader, Response):
+                answers.append(self._settled(request, leader))
+            else:
+                answers.append(self._answer(request, send(leader, request)))
+        return answers
+
+    async def _answer(self, request: PartitionRequest, sent: Any) -> Response:
         try:
-            answer = await self._call(await self._leader(tp), request)
-        except RaystreamError as failed:
-            answer = failure(failed, request.response)
+            answer = await asyncio.wrap_future(sent)
+        except CALL_ERRORS as error:  # dead, restarting, unreachable, or the call lost
+            answer = failure(
+                BrokerNotAvailableError(f"{type(request).__name__} to the leader failed: {error}"),
+                request.response,
+            )
+        return await self._settled(request, answer)
+
+    async def _settled(self, request: PartitionRequest, answer: Response) -> Response:
+        """``answer``, having forgotten the leader when it says the leader is stale."""
         error = answer.error()
         if error is not None and (error.invalid_metadata or error.retriable):
-            self._leaders.pop(tp, None)
+            self._leaders.pop(TopicPartition(request.topic, request.partition), None)
         return answer
 
     async def _request(self, tp: TopicPartition, deadline: float, request: Request) -> Any:

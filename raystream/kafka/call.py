@@ -8,6 +8,7 @@ Backend.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -47,6 +48,10 @@ class Backend(Protocol):
 
     async def send(self, request: Request) -> Any:
         """``request`` to the leader of its partition; the leader's answer."""
+
+    async def send_in_order(self, requests: list[Request]) -> list[Awaitable[Any]]:
+        """Each request to its partition's leader, every one sent before this returns
+        and in list order; their awaitable answers (see :meth:`Call.turn`)."""
 
     async def coordinator(self, request: Request) -> Any:
         """``request`` to the group coordinator; its answer."""
@@ -90,14 +95,31 @@ class Backend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One request being served: its header, who sent it, and the backend to act on."""
+    """One request being served: its header, who sent it, and the backend to act on.
+
+    A connection's requests are served concurrently (see :mod:`raystream.kafka.server`)
+    while Kafka promises that one connection's produce requests are appended in the
+    order sent. ``after`` and ``dispatched`` chain them: a handler whose sends must
+    keep the connection's order awaits :meth:`turn` (the earlier such request has sent
+    its requests on), sends with :meth:`Backend.send_in_order`, then calls
+    :meth:`release`; the server releases every other request as it starts.
+    """
 
     header: Header
     context: RequestContext
     backend: Backend
+    after: asyncio.Future | None = None
+    dispatched: asyncio.Future | None = None
 
+    async def turn(self) -> None:
+        """Wait until the connection's earlier ordered request has sent its requests."""
+        if self.after is not None:
+            await asyncio.shield(self.after)
 
-Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]
+    def release(self) -> None:
+        """Let the connection's next ordered request send (idempotent)."""
+        if self.dispatched is not None and not self.dispatched.done():
+            self.dispatched.set_result(None)
 
 
 Handler = Callable[[Call, Any], Awaitable[Mapping[str, Any] | None]]

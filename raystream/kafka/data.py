@@ -124,21 +124,34 @@ def _error_code(answer: Any) -> int:
 
 
 async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
-    """Append each partition's record batch at its leader, all partitions at once."""
+    """Append each partition's record batch at its leader, all partitions at once.
+
+    The batches leave for their leaders in the connection's order (:meth:`Call.turn`):
+    the connection's next produce request may be decoded and sent while this one's
+    answers are still to come, as Kafka clients pipeline them, without overtaking it.
+    """
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
-    named = await _topic_names(call, request.topic_data)
     by_id = bool(request.topic_data) and not hasattr(request.topic_data[0], "name")
-    jobs = []
-    for (key, name), topic in zip(named, request.topic_data, strict=True):
-        for part in topic.partition_data:
-            jobs.append((key, name, part.index, part.records))
-    answers = await _gather(
-        [
-            _produce_partition(call, name, index, records, acks, timeout_ms)
-            for _, name, index, records in jobs
-        ]
-    )
+    await call.turn()
+    try:
+        named = await _topic_names(call, request.topic_data)
+        jobs = []
+        for (key, name), topic in zip(named, request.topic_data, strict=True):
+            for part in topic.partition_data:
+                jobs.append((key, name, part.index, part.records))
+        built: list[Any] = []
+        for _, name, index, records in jobs:
+            try:
+                built.append(await _produce_request(call, name, index, records, acks, timeout_ms))
+            except RaystreamError as error:
+                built.append(error)
+        requests = [r for r in built if isinstance(r, ProduceRequest)]
+        sent = iter(await call.backend.send_in_order(requests))
+    finally:
+        call.release()
+    pending = [next(sent) if isinstance(r, ProduceRequest) else _done(r) for r in built]
+    answers = await _gather(pending)
     if acks == 0:
         return None
     topics: dict[Any, list[dict[str, Any]]] = {}
@@ -168,10 +181,22 @@ async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
     }
 
 
-async def _produce_partition(
+async def _done(outcome: Any) -> Any:
+    """An outcome already known (an unknown topic's None, a refused batch's error), as
+    an awaitable beside the sent requests' answers."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+async def _produce_request(
     call: Call, topic: str | None, partition: int, records: bytes | None, acks: int, timeout_ms: int
-) -> Any:
-    """One partition's batch as one raystream ProduceRequest; the leader's answer."""
+) -> ProduceRequest | None:
+    """One partition's batch as one raystream ProduceRequest (None: unknown topic).
+
+    Raises:
+        InvalidRecordError, CorruptRecordError: the batch is refused.
+    """
     if topic is None:
         return None
     if not records:
@@ -184,19 +209,17 @@ async def _produce_partition(
         )
     (batch,) = batches
     identified = batch.producer_id >= 0
-    return await call.backend.send(
-        ProduceRequest(
-            topic,
-            partition,
-            _payload(batch.records),
-            acks=acks,
-            timeout_ms=max(timeout_ms, 0),
-            compression_type=batch.compression_type,
-            producer_id=batch.producer_id if identified else -1,
-            producer_epoch=batch.producer_epoch if identified else -1,
-            base_sequence=batch.base_sequence if identified else -1,
-            transactional=batch.transactional,
-        )
+    return ProduceRequest(
+        topic,
+        partition,
+        _payload(batch.records),
+        acks=acks,
+        timeout_ms=max(timeout_ms, 0),
+        compression_type=batch.compression_type,
+        producer_id=batch.producer_id if identified else -1,
+        producer_epoch=batch.producer_epoch if identified else -1,
+        base_sequence=batch.base_sequence if identified else -1,
+        transactional=batch.transactional,
     )
 
 

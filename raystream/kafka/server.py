@@ -1,8 +1,14 @@
 """The asyncio TCP server of a Kafka-protocol listener.
 
-Each connection is served as Kafka's broker serves one: requests are read in order and
-answered in order, one at a time (Kafka mutes a connection while its request is in
-flight; clients open more connections, or pipeline and wait). A request goes:
+Each connection is read ahead and answered in order. Kafka's broker serves a
+connection one request at a time, but its requests take a fraction of a millisecond;
+here a produce or fetch is a call to a replica actor, so a client that pipelines
+(librdkafka keeps several produce requests in flight) would wait for each round trip
+in turn. So produce, fetch, list-offsets and metadata requests start as they arrive,
+up to :data:`MAX_IN_FLIGHT` per connection, their answers written in request order;
+produce requests send their batches on in the connection's order (:meth:`Call.turn`),
+so pipelining never reorders appends; any other request (group, transaction, admin)
+waits for the requests before it and holds back those after it. A request goes:
 
 1. frame: ``int32 size`` then the bytes; a size below the smallest header or above
    :data:`~raystream.kafka.codec.MAX_FRAME_BYTES` closes the connection (it is not
@@ -46,10 +52,20 @@ from raystream.kafka.codec import (
 
 logger = logging.getLogger(__name__)
 
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+PIPELINED = frozenset((PRODUCE, FETCH, LIST_OFFSETS, METADATA, API_VERSIONS_KEY))
+"""APIs a connection's next request may start beside (Kafka clients pipeline produce
+and fetch requests); any other request waits for those before it and holds back those
+after it, as Kafka serves a connection one request at a time."""
+ORDERED = frozenset((PRODUCE,))
+"""APIs whose sends keep the connection's order (see :meth:`Call.turn`)."""
+MAX_IN_FLIGHT = 64
+"""Requests of one connection read ahead of their answers, at most."""
 LISTENER = "kafka"
 """The ``listener`` of the RequestContext of every request that came this way."""
 UNKNOWN_SERVER_ERROR = -1
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
 
 
 class KafkaServer:
@@ -97,39 +113,89 @@ class KafkaServer:
         self.connections += 1
         peer = writer.get_extra_info("peername")
         context = RequestContext(listener=LISTENER)
+        answers: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
+        replies = asyncio.ensure_future(self._reply(answers, writer))
+        ordered: asyncio.Future = asyncio.get_running_loop().create_future()
+        ordered.set_result(None)
+        in_flight: list[asyncio.Future] = []
         try:
-            while True:
-                try:
-                    size_bytes = await reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                (size,) = _SIZE.unpack(size_bytes)
-                if size < 8 or size > MAX_FRAME_BYTES:
-                    self._bad(peer, f"a frame size of {size} bytes")
-                    return
-                try:
-                    frame = await reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                answer = await self._answer(frame, context, peer)
-                if answer is False:
-                    return
-                if answer is not None:
-                    writer.write(answer)
-                    await writer.drain()
-                self.requests += 1
+            while not replies.done():
+                frame = await self._frame(reader, peer)
+                if frame is None:
+                    break
+                api_key = frame_api_key(frame)
+                in_flight = [t for t in in_flight if not t.done()]
+                if api_key not in PIPELINED and in_flight:  # a barrier: alone, in turn
+                    await asyncio.wait(in_flight)
+                dispatched = asyncio.get_running_loop().create_future()
+                after = ordered if api_key in ORDERED else None
+                task = asyncio.ensure_future(self._answer(frame, context, peer, after, dispatched))
+                if api_key in ORDERED:
+                    ordered = dispatched
+                in_flight.append(task)
+                if api_key not in PIPELINED:
+                    await asyncio.wait([task])
+                await answers.put(task)
         except ConnectionError:
-            return
+            pass
         finally:
+            await answers.put(None)
+            with contextlib.suppress(Exception):
+                await replies
+            for task in in_flight:
+                task.cancel()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _frame(self, reader: asyncio.StreamReader, peer: Any) -> bytes | None:
+        """The next request frame; None at the connection's end or a bad size."""
+        try:
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            if size < 8 or size > MAX_FRAME_BYTES:
+                self._bad(peer, f"a frame size of {size} bytes")
+                return None
+            return await reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+
+    async def _reply(self, answers: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        """Write the answers in the order their requests came; stop at a request that
+        closes the connection (or the end of the queue)."""
+        while (task := await answers.get()) is not None:
+            answer = await task
+            if answer is False:
+                writer.close()
+                return
+            if answer is not None:
+                writer.write(answer)
+                await writer.drain()
+            self.requests += 1
+
     async def _answer(
-        self, frame: bytes, context: RequestContext, peer: Any
+        self,
+        frame: bytes,
+        context: RequestContext,
+        peer: Any,
+        after: asyncio.Future | None,
+        dispatched: asyncio.Future,
     ) -> bytes | bool | None:
         """The response frame for one request frame; None: no answer (acks=0); False:
         close the connection."""
+        try:
+            return await self._handle(frame, context, peer, after, dispatched)
+        finally:
+            if not dispatched.done():
+                dispatched.set_result(None)
+
+    async def _handle(
+        self,
+        frame: bytes,
+        context: RequestContext,
+        peer: Any,
+        after: asyncio.Future | None,
+        dispatched: asyncio.Future,
+    ) -> bytes | bool | None:
         api_key, version, correlation_id = peek_header(frame)
         api = apis.APIS.get(api_key)
         if api is None or not api.supports(version):
@@ -139,7 +205,9 @@ class KafkaServer:
         except InvalidRequestError as error:
             self._bad(peer, str(error))
             return False
-        call = Call(header, context, self.backend)
+        call = Call(header, context, self.backend, after, dispatched)
+        if api_key not in ORDERED:
+            call.release()
         try:
             values = await api.handler(call, request)
         except Exception as error:
@@ -172,6 +240,11 @@ class KafkaServer:
     def _bad(self, peer: Any, what: str) -> None:
         self.closed_bad += 1
         logger.warning("Kafka listener: closed the connection from %s: %s", peer, what)
+
+
+def frame_api_key(frame: bytes) -> int:
+    """The API key of a request frame (at least 8 bytes long)."""
+    return _API_KEY.unpack_from(frame, 0)[0]
 
 
 def _unsupported(api_key: int, version: int, correlation_id: int) -> bytes | bool:

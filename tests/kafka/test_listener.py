@@ -136,3 +136,32 @@ def test_decode_request_refuses_truncated_bodies() -> None:
 
     with pytest.raises(InvalidRequestError, match="MetadataRequest v12"):
         decode_request(struct.pack(">hhih", 3, 12, 1, 1) + b"x\x00\x05")
+
+
+def test_pipelined_produce_requests_keep_their_order(
+    bootstrap: str, kafka_topic: Callable[..., str], kafka_cluster: Any
+) -> None:
+    """librdkafka pipelines produce requests on one connection (linger.ms=0: one
+    request per record, many in flight); the listener starts them as they come, and the
+    records still land in the order sent."""
+    from confluent_kafka import Producer
+
+    from raystream.types import TopicPartition
+
+    topic = kafka_topic(partitions=1)
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": False}
+    )
+    for i in range(500):
+        producer.produce(topic, str(i).encode())
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    consumer = kafka_cluster.consumer(auto_offset_reset="earliest")
+    consumer.assign([TopicPartition(topic, 0)])
+    values: list[int] = []
+    while len(values) < 500:
+        batch = consumer.poll(timeout_ms=10_000)
+        assert batch, f"only {len(values)} of 500 records read back"
+        values += [int(r.value) for records in batch.values() for r in records]
+    consumer.close()
+    assert values == list(range(500))
