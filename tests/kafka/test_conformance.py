@@ -443,6 +443,9 @@ class _KafkaPythonTxn(Transactional):
         self.producer.commit_transaction()
 
     def abort(self):
+        # kafka-python drops the batches it has not sent when aborting: flush first,
+        # so the aborted records are in the log (and must be hidden by the listener).
+        self.producer.flush()
         self.producer.abort_transaction()
 
     def committed(self):
