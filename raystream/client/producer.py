@@ -634,10 +634,14 @@ class Producer:
     def commit_transaction(self) -> None:
         """Send everything buffered, then commit the transaction everywhere at once.
 
-        Returns once the commit markers are written: read_committed consumers see the
-        transaction's records from then on. The next transaction is already open then,
-        on the partitions this one wrote, under the next producer epoch: a loop that
-        writes the same partitions makes no coordinator call before its next commit.
+        Returns once the coordinator has persisted the decision to commit: the
+        transaction is committed and can no longer abort, but its commit markers are
+        written in the background, so read_committed consumers see its records a few
+        milliseconds later, once each partition has its marker (Kafka's contract too).
+        The next transaction is already open then, on the partitions this one wrote,
+        under the next producer epoch: a loop that writes the same partitions makes no
+        coordinator call before its next commit, and its first batches wait at each
+        partition for the marker there.
         If no ``begin_transaction()`` takes it within a second (a tenth of
         ``transaction_timeout_ms`` if less), the producer ends it in the background.
 
@@ -656,8 +660,10 @@ class Producer:
     def abort_transaction(self) -> None:
         """Abort the transaction: its records stay invisible to read_committed consumers.
 
-        Waits for the batches in flight first. After a failed send the producer takes
-        a new epoch, so the next transaction's sequences start afresh.
+        Waits for the batches in flight first; returns once the decision to abort is
+        persisted (the abort markers follow in the background). After a failed send
+        the producer takes a new epoch, so the next transaction's sequences start
+        afresh.
 
         Raises:
             InvalidTxnStateError: no open transaction.
