@@ -274,9 +274,7 @@ def test_the_next_transaction_waits_for_the_markers_of_the_last_one(
     tid = producer.config.transactional_id
 
     def state() -> str:
-        return shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))[
-            "state"
-        ]
+        return shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))["state"]
 
     producer.begin_transaction()
     producer.send(slow, b"one").get()
