@@ -400,7 +400,7 @@ class Producer:
         rows = batch.num_rows
         if rows == 0:
             return []
-        result = ProduceResult(topic)
+        result = self._accumulator.bulk_result(topic)
         created = time.monotonic()
         per_request = rows_per_request(batch, self._max_request_size)
         keys = batch.column("key")

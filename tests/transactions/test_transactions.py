@@ -294,6 +294,23 @@ def test_the_next_transaction_waits_for_the_markers_of_the_last_one(
     assert read_all(shared_cluster, other, "read_committed") == [b"three"]
 
 
+def test_send_batch_without_waiting_belongs_to_the_transaction_and_its_commit(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """``send_batch(wait=False)`` returns at once; the commit flushes it (and would
+    raise had it failed). Without a transaction there is nobody to check: refused."""
+    topic = make_topic()
+    table = pa.table({"value": [b"a", b"b", b"c"]})
+    with shared_cluster.producer() as plain, pytest.raises(InvalidRequestError, match="wait"):
+        plain.send_batch(topic, table, wait=False)
+    producer = transactional(shared_cluster)
+    producer.begin_transaction()
+    assert producer.send_batch(topic, table, wait=False) == []
+    producer.commit_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"a", b"b", b"c"]
+
+
 def test_a_retried_end_of_a_carried_transaction_leaves_the_next_one_alone(
     shared_cluster, make_topic, read_all, transactional
 ) -> None:
