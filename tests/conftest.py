@@ -158,9 +158,19 @@ _topic_names = itertools.count()
 
 
 def read_topic(cluster: Any, topic: str, isolation: str, partitions: int = 1) -> list[Any]:
-    """Every value of the topic readable at this isolation level, partition by partition."""
+    """Every value of the topic readable at this isolation level, partition by partition.
+
+    read_committed first waits for the markers of the transactions already ended (the
+    coordinator writes them after it answers the end), so it reads every one of them.
+    """
     from raystream.types import TopicPartition
 
+    if isolation == "read_committed":
+        wait_until(
+            lambda: not cluster.transaction_coordinator_call("completing"),
+            30,
+            "the ended transactions' markers written",
+        )
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     with cluster.consumer(
         auto_offset_reset="earliest", enable_auto_commit=False, isolation_level=isolation

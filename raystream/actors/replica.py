@@ -17,12 +17,15 @@ answered with its original offsets, a gap waits for its predecessor, see
 :meth:`PartitionReplica._check_sequence`), and a follower feeds it the headers of the
 batches it copies, so a new leader knows every producer from its first request.
 
-Transactions: transactional batches open their producer's transaction on the
-partition; the transaction coordinator ends it with :meth:`PartitionReplica.write_txn_marker`
-(a control batch, answered once the ISR has it), and followers learn markers from the
-headers they copy. A read_committed fetch reads below the last stable offset and skips
-the batches of aborted transactions, which the producer state's aborted-transaction
-index names without a scan; markers are never returned as records.
+Transactions: transactional batches open their producer's transaction on the partition;
+the transaction coordinator ends it with :meth:`PartitionReplica.write_txn_marker` (a
+control batch, answered once the ISR has it), and followers learn markers from the
+headers they copy. The coordinator writes markers after it answered the producer's end,
+so a transactional batch of the producer's next epoch waits for the marker of its
+previous transaction on the partition before it is appended. A read_committed fetch
+reads below the last stable offset and skips the batches of aborted transactions, which
+the producer state's aborted-transaction index names without a scan; markers are never
+returned as records.
 
 A replica restarted by Ray recovers its log from disk, rebuilds its producer state from
 the newest snapshot and the batch headers after it, and asks the controller for its
@@ -491,7 +494,12 @@ class PartitionReplica:
         check = None
         if producer_id != NO_PRODUCER_ID and batch.num_rows:
             check = await self._check_sequence(
-                producer_id, producer_epoch, base_sequence, batch.num_rows, timeout_ms
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                batch.num_rows,
+                timeout_ms,
+                transactional,
             )
         if check is not None and check.verdict is Verdict.DUPLICATE:
             base, last = check.first_offset, check.last_offset
@@ -568,8 +576,11 @@ class PartitionReplica:
         base_sequence: int,
         count: int,
         timeout_ms: int,
+        transactional: bool = False,
     ) -> AppendCheck:
-        """Decide about an idempotent batch, waiting for a missing predecessor.
+        """Decide about an idempotent batch, waiting for a missing predecessor (or, for
+        a transactional batch of a newer epoch, for the marker of the producer's
+        previous transaction here: see :mod:`raystream.log.producer_state`).
 
         Why wait: a producer keeps up to five produce calls in flight per partition,
         and Ray runs an async actor's calls in whatever order they arrive, so batch
@@ -589,13 +600,17 @@ class PartitionReplica:
 
         Raises:
             OutOfOrderSequenceError: still a gap after the wait, or behind the window.
+            ConcurrentTransactionsError: the previous transaction's marker did not come
+                within the wait (retriable).
             InvalidProducerEpochError: the producer's epoch is older than one seen.
             NotLeaderError: leadership was lost while waiting.
         """
         last_sequence = next_sequence(base_sequence, count - 1)
         deadline = time.monotonic() + min(SEQUENCE_WAIT_MS, timeout_ms) / 1000
         while True:
-            check = self.producers.check(producer_id, producer_epoch, base_sequence, last_sequence)
+            check = self.producers.check(
+                producer_id, producer_epoch, base_sequence, last_sequence, transactional
+            )
             remaining = deadline - time.monotonic()
             if not check.waits or remaining <= 0:
                 break

@@ -8,14 +8,34 @@ coordinator acts on it), and a restarted coordinator rebuilds every transactiona
 by replaying that topic, then finishes the transactions it finds half-ended.
 
 Ending a transaction (Kafka's two phases): the outcome (PrepareCommit/PrepareAbort) is
-persisted first, so it is decided for good; then a marker goes to every partition of
-the transaction (retried through leader changes until its ISR has it); then the id is
+persisted first, so it is decided for good, and ``end_txn`` answers then, as Kafka's
+coordinator does; in the background a marker goes to every partition of the
+transaction (retried through leader changes until its ISR has it), then the id is
 Complete*, or Ongoing again when the end carried partitions into the next transaction
 (the producer's loop writes the same ones each time: they need no add then). A
 coordinator killed anywhere in between finds Prepare* on restart and writes the
 markers again, so a transaction ends atomically, everywhere the same way.
-``end_txn`` answers once the markers are written, so a read_committed consumer sees a
-committed transaction as soon as ``commit_transaction`` returns.
+
+Why answer before the markers: they were most of a commit's time (one marker call per
+partition, after the state write), and a streams task or a consume-transform-produce
+loop stood still for it at every commit. The producer goes on with its next
+transaction meanwhile; what keeps it apart from the one being ended:
+
+- a request about the id (add partitions or offsets, an end, an init) waits until the
+  markers are written, then is decided against the completed state (Kafka answers
+  CONCURRENT_TRANSACTIONS and the client retries: here a waiting coroutine costs
+  nothing and answers sooner);
+- a batch of the carried next transaction (the next epoch) that reaches a partition
+  before the marker waits there for it (see :mod:`raystream.log.producer_state`);
+- the markers of ``__consumer_offsets`` partitions go last, once every other partition
+  has its marker: offsets that a group's members see (a read_committed consumer asks
+  for stable offsets) never run ahead of the transaction's outputs and changelogs, so
+  a task's new owner that starts from those offsets restores every change they cover.
+
+So ``commit_transaction`` returning means the transaction is committed (it can no
+longer abort), not yet that a read_committed consumer sees it: it does once the
+markers land, a few milliseconds later (Kafka's contract too). An init that aborts an
+open transaction, and a timeout abort, still wait for their markers.
 
 Why Complete* (or the carried next transaction) is not written at once (Kafka writes
 it): it costs a replicated write per transaction and protects nothing. The next change
@@ -150,6 +170,7 @@ class TransactionCoordinator:
         )
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task] = set()
+        self._completing: dict[str, asyncio.Task] = {}  # id -> its markers being written
 
     async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
         """Answer a transaction request (:mod:`raystream.requests`) through the
@@ -182,7 +203,7 @@ class TransactionCoordinator:
         for meta in self._store.transactions.values():
             if meta.state.preparing:
                 logger.info("resuming %s of %r", meta.state.value, meta.transactional_id)
-                self._spawn(self._resume(meta.transactional_id))
+                self._complete_later(meta)
         logger.info("transaction coordinator loaded %d ids", len(self._store.transactions))
 
     async def _replay(self) -> TransactionStore:
@@ -228,6 +249,7 @@ class TransactionCoordinator:
         transactional_id, timeout_ms = request.transactional_id, request.transaction_timeout_ms
         rules.check_timeout(timeout_ms)
         async with self._lock(transactional_id):
+            await self._settle(transactional_id)
             meta = self._store.transactions.get(transactional_id)
             if meta is None:
                 producer_id, _ = await asyncio.to_thread(self._new_producer_id)
@@ -254,6 +276,7 @@ class TransactionCoordinator:
         self, request: AddPartitionsToTxnRequest | AddOffsetsToTxnRequest, added: list[Any]
     ) -> None:
         async with self._lock(request.transactional_id):
+            await self._settle(request.transactional_id)
             meta = self._meta(request.transactional_id)
             updated = rules.add_partitions(
                 meta, request.producer_id, request.producer_epoch, added, _now_ms()
@@ -273,17 +296,19 @@ class TransactionCoordinator:
         return Result(value=partition)
 
     async def _end_txn(self, request: EndTxnRequest) -> Result:
-        """Commit or abort the producer's transaction; answers once the markers are
-        written, with the (producer id, epoch) the producer's next transaction uses.
+        """Commit or abort the producer's transaction; answers once the outcome is
+        persisted (the markers follow in the background), with the (producer id, epoch)
+        the producer's next transaction uses.
 
         ``number`` is the producer's number for this end, so that a retry is answered
         as the first attempt was; ``carry`` lists the partitions the next transaction
-        starts with: it is Ongoing with them, under the next epoch, when this answers
-        (see :func:`raystream.transactions.metadata.complete`).
+        starts with: it is Ongoing with them, under the next epoch, once the markers
+        are written (see :func:`raystream.transactions.metadata.complete`).
         """
         await self._ready()
         carried = [tuple(p) for p in request.carry]
         async with self._lock(request.transactional_id):
+            await self._settle(request.transactional_id)
             meta = self._meta(request.transactional_id)
             await self._check_partitions([p for p in carried if p not in meta.partitions])
             new_id = None
@@ -300,8 +325,9 @@ class TransactionCoordinator:
                 new_id,
             )
             if prepared.state.preparing:
-                prepared = await self._end(prepared)
-            return Result(value=(prepared.producer_id, prepared.producer_epoch))
+                await self._decide(prepared)
+            after = rules.complete(prepared, _now_ms())
+            return Result(value=(after.producer_id, after.producer_epoch))
 
     async def _describe(self, request: DescribeTransactionRequest) -> Result:
         """The id's metadata as a dict (state, producer, partitions), for tests and admin."""
@@ -312,6 +338,12 @@ class TransactionCoordinator:
         """Where this coordinator serves a transaction's calls directly (see
         :mod:`raystream.wire`), or None when ``listener.host`` is empty."""
         return await self._direct.endpoint()
+
+    async def completing(self) -> list[str]:
+        """The transactional ids whose markers are being written: a tool or test that
+        must read every transaction committed so far waits until there are none."""
+        await self._ready()
+        return sorted(self._completing)
 
     async def ping(self) -> bool:
         """Liveness check (and load trigger)."""
@@ -338,33 +370,64 @@ class TransactionCoordinator:
     # ---------------------------------------------------------------- two phases
 
     async def _end(self, prepared: TransactionMetadata) -> TransactionMetadata:
-        """Persist Prepare*, write every marker, persist Complete*; the caller holds
-        the id's lock. Returns the completed metadata."""
+        """Persist Prepare* and wait for its markers; the caller holds the id's lock.
+        Returns the completed metadata."""
+        await self._decide(prepared)
+        await self._settle(prepared.transactional_id)
+        return self._store.transactions[prepared.transactional_id]
+
+    async def _decide(self, prepared: TransactionMetadata) -> None:
+        """Persist Prepare* (the outcome is decided for good) and have its markers
+        written in the background; the caller holds the id's lock."""
         if self._store.transactions.get(prepared.transactional_id) != prepared:
             await self._persist(prepared)
-        commit = prepared.state is TxnState.PREPARE_COMMIT
-        await asyncio.gather(
-            *(
-                self._write_marker(prepared, TopicPartition(topic, partition), commit)
-                for topic, partition in sorted(prepared.partitions)
-            )
-        )
-        done = rules.complete(prepared, _now_ms())
-        self._store.transactions[done.transactional_id] = done  # persisted lazily
-        return done
+        self._complete_later(prepared)
 
-    async def _resume(self, transactional_id: str) -> None:
-        """Finish a transaction found in Prepare* at load (the outcome was decided)."""
+    def _complete_later(self, prepared: TransactionMetadata) -> None:
+        """Write the markers of ``prepared`` in a task of its own (one per id at a
+        time), which every later request about the id waits for (:meth:`_settle`)."""
+        transactional_id = prepared.transactional_id
+        if transactional_id in self._completing:
+            return
+        task = asyncio.ensure_future(self._complete(prepared))
+        self._completing[transactional_id] = task
+        task.add_done_callback(lambda _: self._completing.pop(transactional_id, None))
+
+    async def _settle(self, transactional_id: str) -> None:
+        """Wait until the id's markers in flight, if any, are written (Complete*)."""
+        task = self._completing.get(transactional_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def _complete(self, prepared: TransactionMetadata) -> None:
+        """Write every marker of a decided transaction, retried until they all are
+        (e.g. the state topic's leader moved), then adopt Complete* (persisted lazily,
+        see the module docstring). Nothing changes the id meanwhile: every request
+        about it waits for this first."""
         while True:
             try:
-                async with self._lock(transactional_id):
-                    meta = self._store.transactions[transactional_id]
-                    if meta.state.preparing:
-                        await self._end(meta)
-                return
-            except Exception:  # e.g. the state topic's leader moved: try again
-                logger.exception("could not finish the transaction of %r", transactional_id)
+                await self._write_markers(prepared)
+                break
+            except Exception:  # the loop must finish: logged and tried again
+                logger.exception(
+                    "could not write the markers of %r; retrying", prepared.transactional_id
+                )
                 await asyncio.sleep(MARKER_BACKOFF_S[1])
+        if self._store.transactions.get(prepared.transactional_id) == prepared:
+            self._store.transactions[prepared.transactional_id] = rules.complete(
+                prepared, _now_ms()
+            )
+
+    async def _write_markers(self, prepared: TransactionMetadata) -> None:
+        """The marker of every partition of the transaction, in parallel, those of
+        ``__consumer_offsets`` after all the others (see the module docstring)."""
+        commit = prepared.state is TxnState.PREPARE_COMMIT
+        partitions = sorted(prepared.partitions)
+        offsets = [p for p in partitions if p[0] == OFFSETS_TOPIC]
+        for wave in ([p for p in partitions if p[0] != OFFSETS_TOPIC], offsets):
+            await asyncio.gather(
+                *(self._write_marker(prepared, TopicPartition(*p), commit) for p in wave)
+            )
 
     async def _write_marker(
         self, meta: TransactionMetadata, tp: TopicPartition, commit: bool
@@ -434,9 +497,8 @@ class TransactionCoordinator:
             )
             try:
                 await self._end(rules.bump_epoch(meta, _now_ms()))
-            except Exception:  # Prepare* may be persisted: finish it in the background
+            except Exception:  # PrepareAbort not persisted: the next tick tries again
                 logger.exception("timeout abort of %r failed", transactional_id)
-                self._spawn(self._resume(transactional_id))
 
     # ------------------------------------------------------------------ helpers
 

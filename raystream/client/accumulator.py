@@ -327,11 +327,18 @@ class RecordAccumulator:
             self.buffered_bytes -= result.size_bytes
             self._space.notify_all()
 
+    def bulk_result(self, topic: str) -> ProduceResult:
+        """The shared result of a ``send_batch`` job, which a flush waits for once the
+        job is queued (:meth:`add_bulk`) until it is done."""
+        return ProduceResult(topic, on_done=self._completed)
+
     def add_bulk(self, job: BulkJob) -> None:
-        """Queue ``send_batch`` requests after everything ``send()`` buffered before."""
+        """Queue ``send_batch`` requests after everything ``send()`` buffered before;
+        flushes wait for them (a transaction's commit, a ``send_batch(wait=False)``)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateError("send_batch() after the producer was closed")
+            self._incomplete.add(job.result)
             chunk = self._open.get(job.topic)
             if chunk is not None:
                 self._close_chunk(chunk)

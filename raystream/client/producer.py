@@ -332,6 +332,8 @@ class Producer:
         table: pa.Table | pa.RecordBatch,
         partition: int | None = None,
         key_column: str | None = None,
+        *,
+        wait: bool = True,
     ) -> list[RecordMetadata]:
         """Produce a whole Arrow table (or record batch); block until acknowledged.
 
@@ -347,6 +349,13 @@ class Producer:
 
         Records ``send()`` buffered before this call are sent before it.
 
+        ``wait=False`` (a transactional producer only) returns at once, with no
+        metadata: the table's requests go out like ``send()``'s records, ``flush()``
+        waits for them, and ``commit_transaction()`` raises if one failed (the
+        transaction must then abort). A consume-transform-produce loop keeps
+        processing meanwhile, e.g. while the first batches of a transaction wait at
+        their partitions for the markers of the one before.
+
         Returns:
             One RecordMetadata per request, not per row (millions of objects would
             defeat bulk produce): the request's partition, the offset of its first row
@@ -360,9 +369,15 @@ class Producer:
             PartitionOutOfRangeError: ``partition`` is not one of the topic's.
             RaystreamError: a request failed (earlier ones may have been written).
             IllegalStateError: the producer is closed.
+            InvalidRequestError: ``wait=False`` on a producer without transactions.
         """
         check_not_internal(topic, "produce to")
-        return self._send_batch(topic, table, partition, key_column)
+        if not wait and self._txn is None:
+            raise InvalidRequestError(
+                "send_batch(wait=False) needs a transactional producer (its commit checks "
+                "every request); without one, wait for the acknowledgements"
+            )
+        return self._send_batch(topic, table, partition, key_column, wait)
 
     def _send_batch(
         self,
@@ -370,6 +385,7 @@ class Producer:
         table: pa.Table | pa.RecordBatch,
         partition: int | None = None,
         key_column: str | None = None,
+        wait: bool = True,
     ) -> list[RecordMetadata]:
         """:meth:`send_batch` without the internal-topic check: this producer's own
         offsets go to ``__consumer_offsets`` through here, as records of its transaction."""
@@ -384,7 +400,7 @@ class Producer:
         rows = batch.num_rows
         if rows == 0:
             return []
-        result = ProduceResult(topic)
+        result = self._accumulator.bulk_result(topic)
         created = time.monotonic()
         per_request = rows_per_request(batch, self._max_request_size)
         keys = batch.column("key")
@@ -412,6 +428,8 @@ class Producer:
         if self._txn is not None:
             self._txn.track(result)
         self._accumulator.add_bulk(BulkJob(topic, result, requests))
+        if not wait:
+            return []
         while not result.done.wait(1.0):
             if not self._sender.is_alive():
                 raise IllegalStateError("the producer's sender stopped; records not sent")
@@ -634,10 +652,14 @@ class Producer:
     def commit_transaction(self) -> None:
         """Send everything buffered, then commit the transaction everywhere at once.
 
-        Returns once the commit markers are written: read_committed consumers see the
-        transaction's records from then on. The next transaction is already open then,
-        on the partitions this one wrote, under the next producer epoch: a loop that
-        writes the same partitions makes no coordinator call before its next commit.
+        Returns once the coordinator has persisted the decision to commit: the
+        transaction is committed and can no longer abort, but its commit markers are
+        written in the background, so read_committed consumers see its records a few
+        milliseconds later, once each partition has its marker (Kafka's contract too).
+        The next transaction is already open then, on the partitions this one wrote,
+        under the next producer epoch: a loop that writes the same partitions makes no
+        coordinator call before its next commit, and its first batches wait at each
+        partition for the marker there.
         If no ``begin_transaction()`` takes it within a second (a tenth of
         ``transaction_timeout_ms`` if less), the producer ends it in the background.
 
@@ -656,8 +678,10 @@ class Producer:
     def abort_transaction(self) -> None:
         """Abort the transaction: its records stay invisible to read_committed consumers.
 
-        Waits for the batches in flight first. After a failed send the producer takes
-        a new epoch, so the next transaction's sequences start afresh.
+        Waits for the batches in flight first; returns once the decision to abort is
+        persisted (the abort markers follow in the background). After a failed send
+        the producer takes a new epoch, so the next transaction's sequences start
+        afresh.
 
         Raises:
             InvalidTxnStateError: no open transaction.

@@ -13,7 +13,10 @@ A call made in a state that does not allow it raises InvalidTxnStateError naming
 state. The partitions a transaction writes to are added at the coordinator before
 their first batch goes out (by the sender, one call for every partition of a drain, so
 a ``send_batch`` over many partitions costs one call); commit and abort flush first,
-so every batch is acknowledged (or failed) before the outcome is asked for. A failed
+so every batch is acknowledged (or failed) before the outcome is asked for. The
+coordinator answers an end once the outcome is persisted and writes the markers after
+(see :mod:`raystream.actors.txn_coordinator`): the next transaction's calls and
+batches wait for them, at the coordinator and at each partition. A failed
 batch makes the transaction abortable only: its sequence numbers leave a gap, so
 after the abort the producer takes a new epoch (``init_producer_id`` again), which
 restarts every partition's sequence at 0.

@@ -19,7 +19,16 @@ which is what the leader needs to decide about an incoming batch:
   from a producer it has no state for;
 - **out of order** — behind the expected sequence but not a retained batch, or a new
   epoch that does not start at 0 (after the wait);
-- **fenced** — an epoch older than the producer's current one.
+- **fenced** — an epoch older than the producer's current one;
+- **previous transaction open** — a transactional batch of a newer epoch while the
+  producer's transaction of its older epoch is still open here: the coordinator
+  answers a commit once its outcome is durable and writes the markers after, and a
+  transactional producer takes the next epoch for its next transaction at once (see
+  :mod:`raystream.transactions.metadata`), so its first batches may overtake the
+  marker. Appending one would fence the older epoch here and pull the ended
+  transaction's batches into the new one (its marker then refused); the leader waits
+  a little for the marker instead, then refuses with ConcurrentTransactionsError
+  (retriable; the producer sends the batch again).
 
 Every replica keeps this state, leader and followers alike: the leader updates it as it
 appends, a follower from the headers of the batches it copies (producer id, epoch and
@@ -70,6 +79,7 @@ from dataclasses import dataclass, field
 import crc32c
 
 from raystream.errors import (
+    ConcurrentTransactionsError,
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
     RaystreamError,
@@ -166,6 +176,7 @@ class Verdict(enum.Enum):
     UNKNOWN = "unknown"
     OUT_OF_ORDER = "out_of_order"
     FENCED = "fenced"
+    PREVIOUS_TXN_OPEN = "previous_txn_open"
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +190,8 @@ class AppendCheck:
 
     @property
     def waits(self) -> bool:
-        """Whether the leader should wait for a predecessor before deciding."""
-        return self.verdict in (Verdict.GAP, Verdict.UNKNOWN)
+        """Whether the leader should wait (for a predecessor, or a marker) before deciding."""
+        return self.verdict in (Verdict.GAP, Verdict.UNKNOWN, Verdict.PREVIOUS_TXN_OPEN)
 
     def error(self) -> RaystreamError | None:
         """The refusal to answer with once waiting is over (None: append or duplicate).
@@ -191,6 +202,8 @@ class AppendCheck:
             return OutOfOrderSequenceError(self.message)
         if self.verdict is Verdict.FENCED:
             return InvalidProducerEpochError(self.message)
+        if self.verdict is Verdict.PREVIOUS_TXN_OPEN:
+            return ConcurrentTransactionsError(self.message)
         return None
 
 
@@ -221,9 +234,18 @@ class ProducerStateManager:
     # ---------------------------------------------------------------- rules
 
     def check(
-        self, producer_id: int, producer_epoch: int, first_seq: int, last_seq: int
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        first_seq: int,
+        last_seq: int,
+        transactional: bool = False,
     ) -> AppendCheck:
-        """Decide about a batch of ``producer_id`` with sequences first..last."""
+        """Decide about a batch of ``producer_id`` with sequences first..last.
+
+        A ``transactional`` batch of a newer epoch waits while the producer's
+        transaction of its older epoch is open here (:data:`Verdict.PREVIOUS_TXN_OPEN`).
+        """
         if producer_id == NO_PRODUCER_ID:
             return AppendCheck(Verdict.APPEND)
         name = f"producer {producer_id} epoch {producer_epoch}"
@@ -241,6 +263,12 @@ class ProducerStateManager:
                 message=f"{name} is older than the producer's epoch {entry.producer_epoch}",
             )
         if producer_epoch > entry.producer_epoch:
+            if transactional and entry.current_txn_first_offset >= 0:
+                return AppendCheck(
+                    Verdict.PREVIOUS_TXN_OPEN,
+                    message=f"{name}: the transaction of epoch {entry.producer_epoch} is "
+                    "still open here (its marker is on the way)",
+                )
             if first_seq == 0:
                 return AppendCheck(Verdict.APPEND)
             return AppendCheck(

@@ -396,7 +396,8 @@ class StreamsWorker:
         send = self.producer.send
         for out in result.outputs:
             if type(out) is OutputBatch:
-                self.producer.send_batch(out.topic, out.table)
+                # exactly_once: the commit checks the requests; meanwhile the task goes on
+                self.producer.send_batch(out.topic, out.table, wait=not self.exactly_once)
                 continue
             send(
                 out.topic,

@@ -16,6 +16,8 @@ import pyarrow as pa
 
 _CONTROL_KEY = struct.Struct(">hh")
 _MARKER_VALUE = struct.Struct(">hi")
+_TIMESTAMP = struct.Struct("<q")
+_OFFSETS = struct.Struct("<ii")
 ABORT_KEY = _CONTROL_KEY.pack(0, 0)
 COMMIT_KEY = _CONTROL_KEY.pack(0, 1)
 
@@ -23,16 +25,31 @@ COMMIT_KEY = _CONTROL_KEY.pack(0, 1)
 def marker_batch(
     record_schema: pa.Schema, commit: bool, coordinator_epoch: int, timestamp_ms: int
 ) -> pa.RecordBatch:
-    """The one-record batch of a commit or abort marker, in ``record_schema``."""
+    """The one-record batch of a commit or abort marker, in ``record_schema``.
+
+    Built from buffers, not from Python lists: ``pa.array`` of a list imports pandas
+    the first time a process calls it (about half a second here, and tens of MB), and
+    a replica otherwise never does, so its first marker paid for it."""
     value_type = record_schema.field("value").type
-    value = _MARKER_VALUE.pack(0, coordinator_epoch) if pa.types.is_binary(value_type) else None
+    if pa.types.is_binary(value_type):
+        value = _binary(_MARKER_VALUE.pack(0, coordinator_epoch))
+    else:
+        value = pa.nulls(1, value_type)
     columns = {
-        "key": pa.array([COMMIT_KEY if commit else ABORT_KEY], pa.binary()),
-        "value": pa.array([value], value_type),
-        "timestamp": pa.array([timestamp_ms], pa.int64()),
-        "headers": pa.array([None], record_schema.field("headers").type),
+        "key": _binary(COMMIT_KEY if commit else ABORT_KEY),
+        "value": value,
+        "timestamp": pa.Array.from_buffers(
+            pa.int64(), 1, [None, pa.py_buffer(_TIMESTAMP.pack(timestamp_ms))]
+        ),
+        "headers": pa.nulls(1, record_schema.field("headers").type),
     }
     return pa.record_batch([columns[f.name] for f in record_schema], schema=record_schema)
+
+
+def _binary(data: bytes) -> pa.Array:
+    """A one-element binary array of ``data``."""
+    offsets = pa.py_buffer(_OFFSETS.pack(0, len(data)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
 
 
 __all__ = ["ABORT_KEY", "COMMIT_KEY", "marker_batch"]

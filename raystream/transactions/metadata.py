@@ -21,12 +21,13 @@ there. The producer numbers its ends, so a retry is answered as the first attemp
 was, even from the epoch before.
 
 Prepare* only finish: a producer asking anything meanwhile is told to retry
-(ConcurrentTransactionsError). The epoch is bumped by every init (which fences the
-previous producer with the same transactional id: its calls carry the old epoch and
-get ProducerFencedError) and by a timeout abort (so the vanished producer, if it comes
-back, is fenced rather than mixing into the next transaction). Markers of an abort
-that follows a bump carry the new epoch, which fences the old one on every partition
-of the transaction.
+(ConcurrentTransactionsError). The coordinator has each request about the id wait for
+the markers in flight first, so it is decided against the completed state. The epoch
+is bumped by every init (which fences the previous producer with the same
+transactional id: its calls carry the old epoch and get ProducerFencedError) and by a
+timeout abort (so the vanished producer, if it comes back, is fenced rather than
+mixing into the next transaction). Markers of an abort that follows a bump carry the
+new epoch, which fences the old one on every partition of the transaction.
 
 Example:
     >>> meta = new_transaction("orders-tx", 7, 60_000, now_ms=0)

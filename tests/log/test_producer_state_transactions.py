@@ -9,7 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raystream.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
+from raystream.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    TransactionCoordinatorFencedError,
+)
 from raystream.log.producer_state import AbortedTxn, ProducerStateManager, Verdict
 from raystream.records import BYTES_SCHEMA
 from raystream.transactions.markers import ABORT_KEY, COMMIT_KEY, marker_batch
@@ -40,6 +44,21 @@ def test_the_first_transactional_batch_opens_a_transaction_and_a_marker_closes_i
     assert state.last_stable_offset(11) == 5
     marker(state, 1, 0, commit=True)
     assert state.first_unstable_offset() is None and state.aborted == []
+
+
+def test_the_next_epochs_transactional_batch_waits_for_the_previous_marker() -> None:
+    """The coordinator writes markers after answering the end, and the producer's next
+    transaction takes the next epoch at once: its batch waits (then is refused,
+    retriably) while the ended transaction is open here, and appends after the marker."""
+    state = ProducerStateManager()
+    txn_batch(state, 1, 0, 0, 3)
+    check = state.check(1, 1, 0, 1, transactional=True)
+    assert check.verdict is Verdict.PREVIOUS_TXN_OPEN and check.waits
+    assert isinstance(check.error(), ConcurrentTransactionsError)
+    assert check.error().retriable
+    assert state.check(1, 0, 3, 4, transactional=True).verdict is Verdict.APPEND  # same epoch
+    marker(state, 1, 0, commit=True)
+    assert state.check(1, 1, 0, 1, transactional=True).verdict is Verdict.APPEND
 
 
 def test_the_last_stable_offset_is_the_oldest_open_transaction() -> None:

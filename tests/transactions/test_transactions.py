@@ -171,10 +171,11 @@ def test_offsets_commit_atomically_with_the_output(
 
 
 def test_an_end_carries_the_written_partitions_into_the_next_transaction(
-    shared_cluster, make_topic, txn_id, read_all, transactional
+    shared_cluster, make_topic, txn_id, read_all, transactional, wait_until
 ) -> None:
     """A loop that writes the same partitions each time finds them in its next
-    transaction, under the next epoch; one that writes fewer carries only those."""
+    transaction, under the next epoch (once the markers of the ended one are written:
+    Prepare* until then); one that writes fewer carries only those."""
     from raystream.groups.offsets_topic import OFFSETS_TOPIC
 
     source, sink = make_topic(), make_topic()
@@ -193,7 +194,8 @@ def test_an_end_carries_the_written_partitions_into_the_next_transaction(
     producer.send(sink, b"out-1").get()
     producer.send_offsets_to_transaction({tp: 5}, group)
     producer.commit_transaction()
-    assert coordinator_side() == ("Ongoing", {sink, OFFSETS_TOPIC}, epoch + 1)
+    expected = ("Ongoing", {sink, OFFSETS_TOPIC}, epoch + 1)
+    wait_until(lambda: coordinator_side() == expected, 10, "the markers written")
     assert producer._txn.producer_epoch == epoch + 1
     producer.begin_transaction()
     producer.send(sink, b"out-2").get()
@@ -202,13 +204,15 @@ def test_an_end_carries_the_written_partitions_into_the_next_transaction(
     producer.begin_transaction()
     producer.send(sink, b"out-3").get()
     producer.commit_transaction()  # no offsets this time: only the sink is carried
-    assert coordinator_side() == ("Ongoing", {sink}, epoch + 3)
+    expected = ("Ongoing", {sink}, epoch + 3)
+    wait_until(lambda: coordinator_side() == expected, 10, "the markers written")
     producer.begin_transaction()
     producer.send(sink, b"out-4").get()
     producer.send_offsets_to_transaction({tp: 9}, group)
     producer.abort_transaction()
     producer.close()  # ends the transaction the abort carried
-    assert coordinator_side()[:2] == ("CompleteAbort", set())
+    expected = ("CompleteAbort", set())
+    wait_until(lambda: coordinator_side()[:2] == expected, 10, "the abort's markers written")
     assert shared_cluster.admin().describe_group(group).offsets == {tp: 7}
     assert read_all(shared_cluster, sink, "read_committed") == [b"out-1", b"out-2", b"out-3"]
 
@@ -231,9 +235,10 @@ def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
     def described() -> dict:
         return shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))
 
-    # Ongoing until the release thread ends it, PrepareAbort while its markers are written
+    # PrepareCommit while the commit's markers are written, Ongoing (the carried one)
+    # until the release thread ends it, PrepareAbort while its markers are written
     wait_until(
-        lambda: described()["state"] not in ("Ongoing", "PrepareAbort"),
+        lambda: described()["state"] not in ("PrepareCommit", "Ongoing", "PrepareAbort"),
         10,
         "the carried transaction ended",
     )
@@ -255,6 +260,55 @@ def test_a_carried_transaction_nobody_takes_is_ended_before_it_times_out(
     producer.commit_transaction()
     producer.close()
     assert read_all(shared_cluster, topic, "read_committed") == [b"first", b"second"]
+
+
+def test_the_next_transaction_waits_for_the_markers_of_the_last_one(
+    shared_cluster, make_topic, read_all, transactional, chaos, wait_until
+) -> None:
+    """A commit answers once its outcome is persisted; the markers follow. While one
+    cannot be written (its partition's leader restarting), the next transaction's add
+    of a new partition waits at the coordinator, and its batch to that partition waits
+    there for the marker; both go through once it is written, each transaction whole."""
+    slow, other = make_topic(), make_topic()
+    producer = transactional(shared_cluster)
+    tid = producer.config.transactional_id
+
+    def state() -> str:
+        return shared_cluster.transaction_coordinator_call(DescribeTransactionRequest(tid))["state"]
+
+    producer.begin_transaction()
+    producer.send(slow, b"one").get()
+    leader = shared_cluster.topic_metadata(slow).partitions[0].leader_handle
+    chaos.kill_actor(leader, f"the leader of {slow}")
+    producer.commit_transaction()
+    assert state() == "PrepareCommit"  # committed, its marker not written yet
+    producer.begin_transaction()
+    carried = producer.send(slow, b"two")  # the carried partition: waits for the marker
+    producer.send(other, b"three").get(timeout=60)  # the add waits for the markers
+    assert state() == "Ongoing"
+    assert carried.get(timeout=60).offset == 2  # after "one" and the commit marker
+    producer.commit_transaction()
+    producer.close()
+    chaos.verify()
+    assert read_all(shared_cluster, slow, "read_committed") == [b"one", b"two"]
+    assert read_all(shared_cluster, other, "read_committed") == [b"three"]
+
+
+def test_send_batch_without_waiting_belongs_to_the_transaction_and_its_commit(
+    shared_cluster, make_topic, read_all, transactional
+) -> None:
+    """``send_batch(wait=False)`` returns at once; the commit flushes it (and would
+    raise had it failed). Without a transaction there is nobody to check: refused."""
+    topic = make_topic()
+    table = pa.table({"value": [b"a", b"b", b"c"]})
+    with shared_cluster.producer() as plain, pytest.raises(InvalidRequestError, match="wait"):
+        plain.send_batch(topic, table, wait=False)
+    producer = transactional(shared_cluster)
+    producer.begin_transaction()
+    assert producer.send_batch(topic, table, wait=False) == []
+    producer.commit_transaction()
+    producer.close()
+    assert read_all(shared_cluster, topic, "read_committed") == [b"a", b"b", b"c"]
 
 
 def test_a_retried_end_of_a_carried_transaction_leaves_the_next_one_alone(
