@@ -137,7 +137,10 @@ def test_init_producer_id_idempotent_and_transactional_with_fencing(kafka: Kafka
 
 
 def test_txn_offsets_commit_with_the_transaction_and_vanish_with_an_abort(
-    kafka: KafkaSocket, kafka_cluster: Any, kafka_topic: Callable[..., str]
+    kafka: KafkaSocket,
+    kafka_cluster: Any,
+    kafka_topic: Callable[..., str],
+    wait_until: Callable[..., Any],
 ) -> None:
     topic = kafka_topic(partitions=2)
     group, txn_id = f"kadmin-group-{next(_ids)}", f"kadmin-txn-{next(_ids)}"
@@ -199,10 +202,17 @@ def test_txn_offsets_commit_with_the_transaction_and_vanish_with_an_abort(
     assert add_partitions((topic, 0)) == {(topic, 0): 0}
     transaction({0: 5, 1: 7}, commit=True)
     committed = {TopicPartition(topic, 0): 5, TopicPartition(topic, 1): 7}
-    assert admin.describe_group(group).offsets == committed
+    # EndTxn answers once the commit is decided; the markers land just after.
+    wait_until(
+        lambda: admin.describe_group(group).offsets == committed, 30, "the committed offsets"
+    )
     # An aborted transaction's offsets never show; the next commit's do (the same
     # producer epoch writes the offsets partition again: its sequences go on).
     transaction({0: 9}, commit=False)
     assert admin.describe_group(group).offsets == committed
     transaction({1: 11}, commit=True)
-    assert admin.describe_group(group).offsets == {**committed, TopicPartition(topic, 1): 11}
+    wait_until(
+        lambda: admin.describe_group(group).offsets == {**committed, TopicPartition(topic, 1): 11},
+        30,
+        "the second commit's offsets",
+    )
