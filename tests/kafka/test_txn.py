@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from raystream.errors import InvalidProducerEpochError, ProducerFencedError
+from raystream.errors import GroupIdNotFoundError, InvalidProducerEpochError, ProducerFencedError
 from raystream.kafka.codec import build, request_schema, response_schema
 from raystream.kafka.txn import kafka_code
 from raystream.types import TopicPartition
@@ -202,17 +202,23 @@ def test_txn_offsets_commit_with_the_transaction_and_vanish_with_an_abort(
     assert add_partitions((topic, 0)) == {(topic, 0): 0}
     transaction({0: 5, 1: 7}, commit=True)
     committed = {TopicPartition(topic, 0): 5, TopicPartition(topic, 1): 7}
-    # EndTxn answers once the commit is decided; the markers land just after.
-    wait_until(
-        lambda: admin.describe_group(group).offsets == committed, 30, "the committed offsets"
-    )
+
+    # EndTxn answers once the commit is decided; the markers land just after (until
+    # then the group has no committed offsets, so it does not exist yet).
+    def offsets() -> dict:
+        try:
+            return admin.describe_group(group).offsets
+        except GroupIdNotFoundError:
+            return {}
+
+    wait_until(lambda: offsets() == committed, 30, "the committed offsets")
     # An aborted transaction's offsets never show; the next commit's do (the same
     # producer epoch writes the offsets partition again: its sequences go on).
     transaction({0: 9}, commit=False)
     assert admin.describe_group(group).offsets == committed
     transaction({1: 11}, commit=True)
     wait_until(
-        lambda: admin.describe_group(group).offsets == {**committed, TopicPartition(topic, 1): 11},
+        lambda: offsets() == {**committed, TopicPartition(topic, 1): 11},
         30,
         "the second commit's offsets",
     )
