@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from raystream.errors import RaystreamError, code_of, error_for_code, round_trips
-from raystream.log.batch import OFFSET_COLUMN, PayloadDecoder
+from raystream.log.batch import OFFSET_COLUMN, BatchEncoder, PayloadDecoder, payload_size
 from raystream.log.log import stored_batches, stored_to_table
 from raystream.records import empty_fetch, record_schema
 
@@ -227,3 +227,23 @@ class TopicMetadata:
     def record_schema(self) -> pa.Schema:
         """The stored layout of the topic's batches."""
         return record_schema(self.value_schema)
+
+
+def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes | pa.Buffer:
+    """``batch`` as one self-contained payload (what a produce call carries): compact for
+    a small batch of the record layout, else an Arrow IPC stream (see
+    :mod:`raystream.log.batch`).
+
+    Bytes when small: Ray passes those inline with the call. A larger stream is one
+    Arrow buffer, which Ray moves out of band into its object store, where bytes would
+    first be copied into the call's pickle.
+    """
+    pieces = encoder.payload(batch, None)
+    size = payload_size(pieces)
+    if size <= INLINE_BYTES:
+        return b"".join(pieces)
+    buffer = pa.allocate_buffer(size)
+    stream = pa.FixedSizeBufferWriter(buffer)
+    for piece in pieces:
+        stream.write(piece)
+    return buffer

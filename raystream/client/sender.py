@@ -115,9 +115,9 @@ from raystream.errors import (
     RecordTooLargeError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
-from raystream.log.batch import BatchEncoder, payload_size
+from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
-from raystream.protocol import INLINE_BYTES, NONE
+from raystream.protocol import NONE, encode_records
 from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
@@ -880,26 +880,6 @@ class Sender(threading.Thread):
         self._queued = 0
         for item in self._accumulator.take_all():
             item.result.fail_all(error)
-
-
-def encode_records(encoder: BatchEncoder, batch: pa.RecordBatch) -> bytes | pa.Buffer:
-    """``batch`` as one self-contained payload (what a produce call carries): compact for
-    a small batch of the record layout, else an Arrow IPC stream (see
-    :mod:`raystream.log.batch`).
-
-    Bytes when small: Ray passes those inline with the call. A larger stream is one
-    Arrow buffer, which Ray moves out of band into its object store, where bytes would
-    first be copied into the call's pickle.
-    """
-    pieces = encoder.payload(batch, None)
-    size = payload_size(pieces)
-    if size <= INLINE_BYTES:
-        return b"".join(pieces)
-    buffer = pa.allocate_buffer(size)
-    stream = pa.FixedSizeBufferWriter(buffer)
-    for piece in pieces:
-        stream.write(piece)
-    return buffer
 
 
 def _expired(batch: _Batch, delivery_timeout_ms: int) -> RaystreamTimeoutError:

@@ -49,13 +49,11 @@ import asyncio
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from raystream.errors import InvalidRecordError, InvalidRequestError, RaystreamError
 from raystream.kafka.call import NONE, Call
 from raystream.kafka.records import decode_produce, encode_fetch
-from raystream.log.batch import BatchEncoder, payload_size
-from raystream.protocol import INLINE_BYTES, FetchResponse
+from raystream.log.batch import BatchEncoder
+from raystream.protocol import FetchResponse, encode_records
 from raystream.requests import (
     DeleteRecordsRequest,
     FetchRequest,
@@ -212,7 +210,7 @@ async def _produce_request(
     return ProduceRequest(
         topic,
         partition,
-        _payload(batch.records),
+        encode_records(_ENCODER, batch.records),
         acks=acks,
         timeout_ms=max(timeout_ms, 0),
         compression_type=batch.compression_type,
@@ -221,20 +219,6 @@ async def _produce_request(
         base_sequence=batch.base_sequence if identified else -1,
         transactional=batch.transactional,
     )
-
-
-def _payload(batch: pa.RecordBatch) -> bytes | pa.Buffer:
-    """``batch`` as a produce call carries it, as raystream's producer sends it: bytes
-    when Ray passes them inline, else one Arrow buffer (moved out of band)."""
-    pieces = _ENCODER.payload(batch, None)
-    size = payload_size(pieces)
-    if size <= INLINE_BYTES:
-        return b"".join(pieces)
-    buffer = pa.allocate_buffer(size)
-    stream = pa.FixedSizeBufferWriter(buffer)
-    for piece in pieces:
-        stream.write(piece)
-    return buffer
 
 
 # ----------------------------------------------------------------------- Fetch

@@ -130,8 +130,8 @@ class ProducedBatch:
 
     ``records`` is a RecordBatch of the topic's record layout (key, value, timestamp,
     headers; values typed for a typed topic): what :class:`raystream.requests.ProduceRequest`
-    takes as ``records`` (or its payload, see ``encode_records`` of the producer's
-    sender, which is cheaper for Ray to carry). The producer fields go to the request
+    takes as ``records`` (or its payload, see :func:`raystream.protocol.encode_records`,
+    which is cheaper for Ray to carry). The producer fields go to the request
     as they are.
     """
 

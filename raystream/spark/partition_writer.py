@@ -36,10 +36,10 @@ import pyarrow as pa
 
 from raystream.client.accumulator import rows_per_request
 from raystream.client.partitioner import partitions_for_keys
-from raystream.client.sender import encode_records
 from raystream.dispatch import HANDLE
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.log.batch import BatchEncoder
+from raystream.protocol import encode_records
 from raystream.records import batch_from_table
 from raystream.requests import ProduceRequest
 from raystream.transport import outcome

@@ -34,10 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raystream import requests as rq
-from raystream.client.sender import encode_records
 from raystream.errors import InvalidTopicError, RaystreamError, UnknownServerError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder
+from raystream.protocol import encode_records
 from raystream.records import build_batch
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.transport import outcome, send
