@@ -140,10 +140,11 @@ def shared_cluster(ray_session: None, request, tmp_path_factory) -> Iterator[Any
     cluster.shutdown()
 
 
-@pytest.fixture
-def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
-    """``make_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
-    admin = shared_cluster.admin()
+def topic_maker(cluster: Any, request: Any) -> Callable[..., str]:
+    """``make(partitions=1, **create_topic_kwargs)`` -> the name of a fresh topic of
+    ``cluster``, named after the requesting test (the fixtures below and the packages'
+    ``spark_topic`` and ``kafka_topic``)."""
+    admin = cluster.admin()
     prefix = request.node.name.split("[")[0][-40:].strip("_")
 
     def make(partitions: int = 1, **kwargs: Any) -> str:
@@ -152,6 +153,18 @@ def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
         return name
 
     return make
+
+
+@pytest.fixture
+def make_topic(shared_cluster: Any, request) -> Callable[..., str]:
+    """``make_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
+    return topic_maker(shared_cluster, request)
+
+
+@pytest.fixture(name="topic_maker")
+def topic_maker_fixture() -> Callable[..., Callable[..., str]]:
+    """:func:`topic_maker`, for the conftests of the test packages."""
+    return topic_maker
 
 
 _topic_names = itertools.count()

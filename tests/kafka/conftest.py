@@ -7,14 +7,11 @@ its own topics, so the tests share the cluster's cost.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-_names = itertools.count()
 
 
 @pytest.fixture(scope="package")
@@ -39,14 +36,6 @@ def bootstrap(kafka_cluster: Any) -> str:
 
 
 @pytest.fixture
-def kafka_topic(kafka_cluster: Any, request) -> Callable[..., str]:
+def kafka_topic(kafka_cluster: Any, request, topic_maker: Callable[..., Any]) -> Callable[..., str]:
     """``kafka_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
-    admin = kafka_cluster.admin()
-    prefix = request.node.name.split("[")[0][-40:].strip("_")
-
-    def make(partitions: int = 1, **kwargs: Any) -> str:
-        name = f"{prefix}-{next(_names)}"
-        admin.create_topic(name, partitions=partitions, **kwargs)
-        return name
-
-    return make
+    return topic_maker(kafka_cluster, request)

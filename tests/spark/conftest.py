@@ -6,14 +6,11 @@ makes its own topics with ``spark_topic``.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-_names = itertools.count()
 
 
 @pytest.fixture(scope="package")
@@ -49,14 +46,6 @@ def spark(spark_cluster: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def spark_topic(spark_cluster: Any, request) -> Callable[..., str]:
+def spark_topic(spark_cluster: Any, request, topic_maker: Callable[..., Any]) -> Callable[..., str]:
     """``spark_topic(partitions=1, **create_topic_kwargs)`` -> a fresh topic's name."""
-    admin = spark_cluster.admin()
-    prefix = request.node.name.split("[")[0][-40:].strip("_")
-
-    def make(partitions: int = 1, **kwargs: Any) -> str:
-        name = f"{prefix}-{next(_names)}"
-        admin.create_topic(name, partitions=partitions, **kwargs)
-        return name
-
-    return make
+    return topic_maker(spark_cluster, request)
