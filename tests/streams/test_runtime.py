@@ -62,6 +62,15 @@ def lag(cluster: Any, group: str, topics: list[str]) -> int:
     return sum(ends[tp] - committed.get(tp, 0) for tp in tps)
 
 
+def committed_total(cluster: Any, group: str, topic: str) -> int:
+    """The sum of ``group``'s committed offsets on ``topic``'s partitions."""
+    try:
+        offsets = cluster.admin().describe_group(group).offsets
+    except rs.errors.GroupIdNotFoundError:
+        return 0
+    return sum(offset for tp, offset in offsets.items() if tp.topic == topic)
+
+
 def produce(cluster: Any, topic: str, items: list[tuple[bytes, bytes, int]]) -> None:
     with cluster.producer(linger_ms=1) as producer:
         for key, value, ts in items:
@@ -349,20 +358,6 @@ def assert_each_count_once(records: list[tuple[Any, Any]], expected: Counter[str
     assert not wrong, f"duplicated or lost updates: {dict(itertools.islice(wrong.items(), 3))}"
 
 
-def produce_in_rounds(cluster: Any, topic: str, items: list, rounds: int, pause_s: float) -> Any:
-    import threading
-
-    def run() -> None:
-        step = -(-len(items) // rounds)
-        for i in range(0, len(items), step):
-            produce(cluster, topic, items[i : i + step])
-            time.sleep(pause_s)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.slow
 def test_exactly_once_survives_repeated_worker_kills(
     shared_cluster: Any, make_topic: Any, wait_until: Any, chaos: Any
@@ -374,22 +369,29 @@ def test_exactly_once_survives_repeated_worker_kills(
     )
     app.start()
     try:
-        producing = produce_in_rounds(shared_cluster, source, items, rounds=6, pause_s=1.0)
+        # Each kill lands while there is work: a chunk goes in, the application commits
+        # some of it (its committed input offsets move), then a worker dies. Waiting on
+        # the workers' own counters instead raced: a restarted worker that found all
+        # input done never counted anything.
+        step = -(-len(items) // 6)
+        chunks = [items[i : i + step] for i in range(0, len(items), step)]
         workers = app._runner.workers
         for round_ in range(3):
             worker = workers[round_ % len(workers)]
             wait_until(
                 lambda w=worker: chaos.actor_info(w)["State"] == "ALIVE", 120, "worker alive"
             )
+            before = committed_total(shared_cluster, app.application_id, source)
+            produce(shared_cluster, source, chunks[round_])
             wait_until(
-                lambda: any(s and s["processed_records_total"] for s in app.status()),
+                lambda b=before: committed_total(shared_cluster, app.application_id, source) > b,
                 120,
-                "processing under way",
+                "a commit of the new chunk",
             )
             chaos.kill_actor(worker, f"streams worker {round_ % len(workers)}")
-            time.sleep(1.0)
         chaos.verify(min_faults=3, timeout_s=120)
-        producing.join(120)
+        for chunk in chunks[3:]:
+            produce(shared_cluster, source, chunk)
         expected = batch_counts(items)
         # (Input lag never reaches 0 under exactly-once: a transaction's commit marker
         # sits after its last record, so the answer itself is what to wait for.)
