@@ -51,11 +51,14 @@ ANONYMOUS = "User:ANONYMOUS"
 class RequestContext:
     """Who sent a request and how: what the authorization and quota hooks decide on.
 
-    ``listener`` is ``ray`` (an actor call) or ``direct`` (the direct socket path).
+    ``listener`` is ``ray`` (an actor call), ``direct`` (the direct socket path) or
+    ``kafka`` (a Kafka-protocol listener); ``host`` is the client's address where the
+    request came over a socket (Kafka's ACLs match on it), ``*`` inside Ray.
     """
 
     principal: str = ANONYMOUS
     listener: str = "ray"
+    host: str = "*"
 
 
 RAY_CONTEXT = RequestContext()

@@ -112,7 +112,7 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         peer = writer.get_extra_info("peername")
-        context = RequestContext(listener=LISTENER)
+        context = RequestContext(listener=LISTENER, host=_host(peer))
         answers: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         replies = asyncio.ensure_future(self._reply(answers, writer))
         ordered: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -240,6 +240,11 @@ class KafkaServer:
     def _bad(self, peer: Any, what: str) -> None:
         self.closed_bad += 1
         logger.warning("Kafka listener: closed the connection from %s: %s", peer, what)
+
+
+def _host(peer: Any) -> str:
+    """The client's IP address from a socket's peer name (``*`` when unknown)."""
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "*"
 
 
 def frame_api_key(frame: bytes) -> int:
