@@ -245,8 +245,11 @@ class ProduceRequest(PartitionRequest):
         _int(self, "producer_epoch", -1, MAX_PRODUCER_EPOCH)
         _int(self, "base_sequence", -1, SEQUENCE_LIMIT - 1)
         _bool(self, "transactional")
+        # Offsets a Kafka client commits in its transaction carry no sequence, as
+        # Kafka's coordinator appends them (see producer_state.NO_SEQUENCE).
+        unsequenced = self.internal_writer == TRANSACTIONAL_OFFSETS_WRITER
         if self.producer_id != NO_PRODUCER_ID and (
-            self.producer_epoch < 0 or self.base_sequence < 0
+            self.producer_epoch < 0 or (self.base_sequence < 0 and not unsequenced)
         ):
             raise InvalidRequestError(
                 f"ProduceRequest: producer {self.producer_id} needs an epoch and a base "

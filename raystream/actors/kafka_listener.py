@@ -30,7 +30,7 @@ from raystream.groups.offsets_topic import partition_for as offsets_partition_fo
 from raystream.kafka.call import Endpoint
 from raystream.kafka.listeners import advertised_host, bind_host, parse_listeners
 from raystream.kafka.server import KafkaServer
-from raystream.log.producer_state import next_sequence
+from raystream.log.producer_state import NO_SEQUENCE
 from raystream.protocol import TopicMetadata
 from raystream.records import batch_from_table
 from raystream.requests import TRANSACTIONAL_OFFSETS_WRITER, ProduceRequest, Request
@@ -44,8 +44,6 @@ BROKERS_TTL_S = 1.0
 """How long the broker list Metadata answers from is reused."""
 TXN_OFFSETS_TIMEOUT_MS = 30_000
 """How long a TxnOffsetCommit's write may wait for the ISR."""
-MAX_OFFSET_SEQUENCES = 65_536
-"""Producers whose offset-commit sequences a listener remembers (oldest forgotten)."""
 
 
 def listener_actor_name(node: str) -> str:
@@ -75,7 +73,6 @@ class KafkaListener:
         self._coordinators: dict[str, Any] = {}
         self._topic_ids: dict[str, str] = {}
         self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
-        self._offset_sequences: dict[tuple[int, int], tuple[int, int]] = {}
         # Ray runs an async actor's constructor on its event loop: binding starts now,
         # after a restart by Ray too, with nobody having to ask.
         self._started = asyncio.get_running_loop().create_task(self._start())
@@ -178,22 +175,17 @@ class KafkaListener:
         to the group's ``__consumer_offsets`` partition. One attempt (the client
         retries).
 
-        The batch needs the producer's next sequence on that partition: Kafka clients
-        send none (Kafka's coordinator appends without one), so the listener counts
-        them per producer and partition, from 0 in each epoch. A retry of a failed
-        write reuses its sequence (a duplicate of one that landed is answered as
-        written); a listener restarted between two commits of one epoch forgets the
-        count, and the next commit is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) unless the
-        epoch is new there.
+        The batch carries no sequence (:data:`~raystream.log.producer_state.NO_SEQUENCE`):
+        Kafka clients send none, and Kafka's coordinator appends the offsets without one.
+        The partition fences it by epoch and opens the transaction with it; a retry
+        writes the same offsets again. So no listener needs to remember anything
+        between two commits, and any listener (restarted or on another node) may take
+        the next one.
         """
         metadata = await self._partitions.topic_metadata(OFFSETS_TOPIC)
         partition = offsets_partition_for(group_id, len(metadata.partitions))
         batch = batch_from_table(records, metadata.record_schema, None, int(time.time() * 1000))
-        key = (producer_id, partition)
-        epoch, sequence = self._offset_sequences.get(key, (producer_epoch, 0))
-        if epoch != producer_epoch:
-            sequence = 0
-        answer = await self._partitions.send_once(
+        return await self._partitions.send_once(
             ProduceRequest(
                 OFFSETS_TOPIC,
                 partition,
@@ -202,17 +194,11 @@ class KafkaListener:
                 TXN_OFFSETS_TIMEOUT_MS,
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
-                base_sequence=sequence,
+                base_sequence=NO_SEQUENCE,
                 transactional=True,
                 internal_writer=TRANSACTIONAL_OFFSETS_WRITER,
             )
         )
-        if answer.error_code == 0 and producer_epoch >= epoch:
-            self._offset_sequences.pop(key, None)
-            self._offset_sequences[key] = (producer_epoch, next_sequence(sequence, batch.num_rows))
-            while len(self._offset_sequences) > MAX_OFFSET_SEQUENCES:
-                self._offset_sequences.pop(next(iter(self._offset_sequences)))
-        return answer
 
     async def controller(self, method: str, *args: Any) -> Any:
         """A controller call's value (its error raised)."""

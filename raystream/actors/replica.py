@@ -75,7 +75,7 @@ from raystream.log.producer_state import (
     AppendCheck,
     ProducerStateManager,
     Verdict,
-    next_sequence,
+    last_sequence,
 )
 from raystream.protocol import (
     CONTROLLER_NAME,
@@ -517,7 +517,7 @@ class PartitionReplica:
                 producer_id,
                 producer_epoch,
                 base_sequence,
-                next_sequence(base_sequence, last - base),
+                last_sequence(base_sequence, last - base + 1),
                 base,
                 last,
                 _now_ms(),
@@ -605,11 +605,11 @@ class PartitionReplica:
             InvalidProducerEpochError: the producer's epoch is older than one seen.
             NotLeaderError: leadership was lost while waiting.
         """
-        last_sequence = next_sequence(base_sequence, count - 1)
+        last_seq = last_sequence(base_sequence, count)
         deadline = time.monotonic() + min(SEQUENCE_WAIT_MS, timeout_ms) / 1000
         while True:
             check = self.producers.check(
-                producer_id, producer_epoch, base_sequence, last_sequence, transactional
+                producer_id, producer_epoch, base_sequence, last_seq, transactional
             )
             remaining = deadline - time.monotonic()
             if not check.waits or remaining <= 0:

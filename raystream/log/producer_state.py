@@ -93,6 +93,12 @@ NO_PRODUCER_ID = -1
 BATCHES_TO_RETAIN = 5
 """Batches remembered per producer: as many as a producer may have in flight per
 partition, so any retry of an unanswered batch is recognised."""
+NO_SEQUENCE = -1
+"""Base sequence of a producer's batch that the broker side wrote on its behalf: the
+offsets of a Kafka client's TxnOffsetCommit, which Kafka's group coordinator appends
+without one (its AppendOrigin.Coordinator). Such a batch is fenced by epoch and opens
+the producer's transaction, but takes no part in sequence checks: a retry writes the
+same offsets again, which changes nothing."""
 SEQUENCE_LIMIT = 1 << 31
 """Sequences run over [0, 2**31) and wrap."""
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
@@ -110,6 +116,14 @@ log's batch headers instead)."""
 def next_sequence(sequence: int, count: int = 1) -> int:
     """The sequence ``count`` after ``sequence``, wrapping at 2**31."""
     return (sequence + count) % SEQUENCE_LIMIT
+
+
+def last_sequence(base_sequence: int, count: int) -> int:
+    """The sequence of the last of ``count`` records from ``base_sequence``
+    (:data:`NO_SEQUENCE` for a batch without sequences)."""
+    if base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    return next_sequence(base_sequence, count - 1)
 
 
 def _is_ahead(sequence: int, expected: int) -> bool:
@@ -251,7 +265,7 @@ class ProducerStateManager:
         name = f"producer {producer_id} epoch {producer_epoch}"
         entry = self.producers.get(producer_id)
         if entry is None:
-            if first_seq == 0:
+            if first_seq in (0, NO_SEQUENCE):
                 return AppendCheck(Verdict.APPEND)
             return AppendCheck(
                 Verdict.UNKNOWN,
@@ -269,12 +283,14 @@ class ProducerStateManager:
                     message=f"{name}: the transaction of epoch {entry.producer_epoch} is "
                     "still open here (its marker is on the way)",
                 )
-            if first_seq == 0:
+            if first_seq in (0, NO_SEQUENCE):
                 return AppendCheck(Verdict.APPEND)
             return AppendCheck(
                 Verdict.GAP,
                 message=f"{name}: a new epoch must start at sequence 0, not {first_seq}",
             )
+        if first_seq == NO_SEQUENCE:
+            return AppendCheck(Verdict.APPEND)
         duplicate = entry.find(first_seq, last_seq)
         if duplicate is not None:
             return AppendCheck(Verdict.DUPLICATE, duplicate.first_offset, duplicate.last_offset)
@@ -314,7 +330,8 @@ class ProducerStateManager:
             entry.batches.clear()
         elif producer_epoch < entry.producer_epoch:
             return  # an older epoch's batch in a replicated log: nothing to learn
-        entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
+        if first_seq != NO_SEQUENCE:
+            entry.batches.append(BatchMetadata(first_seq, last_seq, first_offset, last_offset))
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
         if transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = first_offset
@@ -455,7 +472,7 @@ class ProducerStateManager:
             header.producer_id,
             header.producer_epoch,
             header.base_sequence,
-            next_sequence(header.base_sequence, header.last_offset_delta),
+            last_sequence(header.base_sequence, header.last_offset_delta + 1),
             header.base_offset,
             header.last_offset,
             header.max_timestamp,

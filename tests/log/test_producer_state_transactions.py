@@ -14,7 +14,7 @@ from raystream.errors import (
     InvalidProducerEpochError,
     TransactionCoordinatorFencedError,
 )
-from raystream.log.producer_state import AbortedTxn, ProducerStateManager, Verdict
+from raystream.log.producer_state import NO_SEQUENCE, AbortedTxn, ProducerStateManager, Verdict
 from raystream.records import BYTES_SCHEMA
 from raystream.transactions.markers import ABORT_KEY, COMMIT_KEY, marker_batch
 
@@ -59,6 +59,23 @@ def test_the_next_epochs_transactional_batch_waits_for_the_previous_marker() -> 
     assert state.check(1, 0, 3, 4, transactional=True).verdict is Verdict.APPEND  # same epoch
     marker(state, 1, 0, commit=True)
     assert state.check(1, 1, 0, 1, transactional=True).verdict is Verdict.APPEND
+
+
+def test_offsets_without_a_sequence_are_fenced_by_epoch_and_open_the_transaction() -> None:
+    """A Kafka client's TxnOffsetCommit is appended without a sequence (as Kafka's
+    coordinator does): any number of them append, before or between sequenced
+    batches of the same epoch, and they still open the transaction and are fenced."""
+    state = ProducerStateManager()
+    for _ in range(3):  # no state yet, then the same epoch again and again
+        check = state.check(1, 0, NO_SEQUENCE, NO_SEQUENCE, transactional=True)
+        assert check.verdict is Verdict.APPEND
+        offset = state.map_end_offset
+        state.append(1, 0, NO_SEQUENCE, NO_SEQUENCE, offset, offset, T, True)
+    assert state.first_unstable_offset() == 0
+    assert state.check(1, 0, 0, 4, transactional=True).verdict is Verdict.APPEND
+    marker(state, 1, 0, commit=True)
+    state.append(1, 2, NO_SEQUENCE, NO_SEQUENCE, state.map_end_offset, state.map_end_offset, T)
+    assert state.check(1, 1, NO_SEQUENCE, NO_SEQUENCE).verdict is Verdict.FENCED
 
 
 def test_the_last_stable_offset_is_the_oldest_open_transaction() -> None:
