@@ -43,7 +43,7 @@ from raystream.log.producer_state import next_sequence
 from raystream.protocol import TopicMetadata
 from raystream.records import batch_from_table
 from raystream.requests import TRANSACTIONAL_OFFSETS_WRITER, ProduceRequest, Request
-from raystream.security.acls import Authorizer, parse_super_users
+from raystream.security.acls import Authorizer, audit, parse_super_users
 from raystream.transport import CALL_ERRORS, send
 
 logger = logging.getLogger(__name__)
@@ -143,6 +143,11 @@ class KafkaListener:
         broker = BrokerConfig.from_kafka(await self._partitions.controller_call("broker_config"))
         if not broker.authorizer_class_name:
             return
+        if not audit.handlers:  # the actor's log (Ray keeps its stderr) is the audit log
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+            audit.addHandler(handler)
+            audit.setLevel(logging.INFO)
         self.authorizer = Authorizer(
             super_users=parse_super_users(broker.super_users),
             allow_if_no_acl=broker.allow_everyone_if_no_acl_found,
