@@ -268,17 +268,14 @@ class Authorizer:
     ) -> None:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
-        self.version = -1
         self.update(bindings)
 
-    def update(self, bindings: Iterable[AclBinding], version: int = -1) -> None:
+    def update(self, bindings: Iterable[AclBinding]) -> None:
         """Replace the bindings in force (and forget every remembered decision)."""
         literal: dict[tuple[str, str], list[AclBinding]] = {}
         prefixed: dict[tuple[str, str], list[AclBinding]] = {}
         lengths: dict[str, set[int]] = {}
-        count = 0
         for b in bindings:
-            count += 1
             if b.pattern_type == "prefixed":
                 prefixed.setdefault((b.resource_type, b.resource_name), []).append(b)
                 lengths.setdefault(b.resource_type, set()).add(len(b.resource_name))
@@ -288,8 +285,6 @@ class Authorizer:
         self._prefixed = prefixed
         self._lengths = {t: sorted(n) for t, n in lengths.items()}
         self._cache: dict[tuple[str, str, str, str, str], bool] = {}
-        self.count = count
-        self.version = version
 
     def matching(self, resource_type: str, name: str) -> list[AclBinding]:
         """Every binding whose resource pattern applies to ``resource_type``/``name``."""
