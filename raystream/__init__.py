@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from raystream.client.consumer_group import ConsumerGroup
     from raystream.client.producer import Producer
     from raystream.log import Log, LogConfig
+    from raystream.security.acls import AclBinding, AclBindingFilter
 
 __version__ = "0.1.0"
 
@@ -49,6 +50,8 @@ _SUBMODULES = {
     "streams": "raystream.streams",
 }
 _LAZY = {
+    "AclBinding": "raystream.security.acls",
+    "AclBindingFilter": "raystream.security.acls",
     "Admin": "raystream.client.admin",
     "Cluster": "raystream.client.cluster",
     "connect": "raystream.client.cluster",
@@ -71,6 +74,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
     "Admin",
     "Cluster",
     "Consumer",

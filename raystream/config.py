@@ -157,6 +157,15 @@ class BrokerConfig(KafkaConfig):
             :mod:`raystream.kafka.listeners`.
         advertised_listeners: what Metadata answers tell Kafka clients to connect to,
             when that differs from ``listeners`` (NAT, a proxy). Empty: as bound.
+        authorizer_class_name: any non-empty value turns on ACL authorization of
+            Kafka-protocol requests (Kafka's ``authorizer.class.name``; Kafka's
+            ``org.apache.kafka.metadata.authorizer.StandardAuthorizer`` is accepted like
+            any other name). Empty (the default): every request is allowed. See
+            :mod:`raystream.security.acls`.
+        super_users: principals allowed everything, separated by ``;``
+            (``User:admin;User:ops``).
+        allow_everyone_if_no_acl_found: with the authorizer on, allow a resource that no
+            ACL matches (Kafka's default and this one: false, refuse it).
     """
 
     data_dir: str = ""
@@ -176,9 +185,21 @@ class BrokerConfig(KafkaConfig):
     max_replicas_per_node: int = 0
     listeners: str = ""
     advertised_listeners: str = ""
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
 
     def __post_init__(self) -> None:
+        from raystream.errors import InvalidRequestError
         from raystream.kafka.listeners import parse_listeners
+        from raystream.security.acls import parse_super_users
+
+        try:
+            parse_super_users(self.super_users)
+        except InvalidRequestError as error:
+            raise InvalidConfigError(
+                f"broker config super.users={self.super_users!r}: {error}"
+            ) from None
 
         bound = {s.protocol for s in parse_listeners(self.listeners, "listeners")}
         advertised = parse_listeners(self.advertised_listeners, "advertised_listeners")

@@ -25,7 +25,11 @@ exception here.
     ├── InconsistentGroupProtocolError      (23: no assignment strategy all members share)
     ├── UnknownMemberIdError                (25: the coordinator no longer knows the member)
     ├── RebalanceInProgressError            (27, retriable)
-    ├── AuthorizationError                  (29)
+    ├── AuthorizationError                  (29: TOPIC_AUTHORIZATION_FAILED)
+    │   ├── GroupAuthorizationError         (30)
+    │   ├── ClusterAuthorizationError       (31)
+    │   └── TransactionalIdAuthorizationError (53)
+    ├── SecurityDisabledError               (54: an ACL call with no authorizer on)
     ├── UnsupportedError                    (35: not supported yet)
     ├── TopicAlreadyExistsError             (36)
     ├── InvalidPartitionsError              (37)
@@ -195,9 +199,35 @@ class RebalanceInProgressError(RaystreamError):
 
 
 class AuthorizationError(RaystreamError):
-    """The caller is not allowed to do this."""
+    """The caller is not allowed to do this (Kafka's TOPIC_AUTHORIZATION_FAILED: the
+    subclasses name the other kinds of resource refused)."""
 
     code = 29
+
+
+class GroupAuthorizationError(AuthorizationError):
+    """The caller may not use this consumer group."""
+
+    code = 30
+
+
+class ClusterAuthorizationError(AuthorizationError):
+    """The caller may not do this cluster-wide action (create topics, manage ACLs, ...)."""
+
+    code = 31
+
+
+class TransactionalIdAuthorizationError(AuthorizationError):
+    """The caller may not use this transactional id."""
+
+    code = 53
+
+
+class SecurityDisabledError(RaystreamError):
+    """An ACL call to a cluster whose authorizer is off (the broker's
+    ``authorizer.class.name`` is empty)."""
+
+    code = 54
 
 
 class UnsupportedError(RaystreamError):
@@ -465,6 +495,10 @@ _BY_CODE: dict[int, type[RaystreamError]] = {
         UnknownMemberIdError,
         RebalanceInProgressError,
         AuthorizationError,
+        GroupAuthorizationError,
+        ClusterAuthorizationError,
+        TransactionalIdAuthorizationError,
+        SecurityDisabledError,
         UnsupportedError,
         TopicAlreadyExistsError,
         InvalidPartitionsError,

@@ -8,6 +8,8 @@ import sys
 import raystream as rs
 
 API = {
+    "AclBinding",
+    "AclBindingFilter",
     "Admin",
     "Cluster",
     "Consumer",

@@ -63,6 +63,7 @@ from raystream.errors import (
     InvalidRequestError,
     LogDirInUseError,
     RaystreamTimeoutError,
+    SecurityDisabledError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -73,6 +74,7 @@ from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader, preferred_leader
+from raystream.security.acls import AclBinding, AclBindingFilter
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.transport import worker_startup_concurrency
 from raystream.types import PartitionDescription, TopicDescription
@@ -86,6 +88,10 @@ BROKER_IDS_KEY = b"@kafka-broker-ids"
 """Metadata-log key of the Kafka broker id of each Ray node that ran a listener (a JSON
 object): ids are kept for life, so Kafka clients' cached broker ids stay right across
 controller restarts."""
+ACL_KEY_PREFIX = b"@acl:"
+"""Metadata-log key prefix of an ACL binding: the key is the prefix and the binding's
+JSON (:meth:`AclBinding.to_json`), the value ``1`` while it holds and a tombstone once
+deleted, so compaction keeps exactly the bindings in force."""
 REPLICA_READY_TIMEOUT_S = 120
 """How long a topic creation (or partition addition) waits for its replicas by default
 (Kafka's CreateTopics ``timeout_ms``) before it is rolled back."""
@@ -233,6 +239,8 @@ class Controller:
             os.path.join(self.broker.data_dir, METADATA_DIR),
             LogConfig(cleanup_policy="compact", segment_bytes=16 << 20),
         )
+        self._acls: dict[AclBinding, None] = {}  # ordered: describe answers in creation order
+        self._acl_version = (uuid.uuid4().hex, 0)
         self.topics, producer_id_end, self._broker_ids = self._replay()
         self._listeners: dict[int, dict[str, Any]] = {}
         self._listener_specs = parse_listeners(self.broker.listeners)
@@ -298,6 +306,13 @@ class Controller:
                         continue
                     if key == BROKER_IDS_KEY:
                         broker_ids = {str(k): int(v) for k, v in json.loads(value).items()}
+                        continue
+                    if key.startswith(ACL_KEY_PREFIX):
+                        binding = AclBinding.from_json(key[len(ACL_KEY_PREFIX) :])
+                        if value is None:
+                            self._acls.pop(binding, None)
+                        else:
+                            self._acls[binding] = None
                         continue
                     name = key.decode()
                     if value is None:
@@ -1540,6 +1555,71 @@ class Controller:
         for name in (COORDINATOR_NAME, TRANSACTION_COORDINATOR_NAME):
             with contextlib.suppress(ValueError):
                 ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+
+    # ------------------------------------------------------------------------ ACLs
+
+    def _require_authorizer(self) -> None:
+        if not self.broker.authorizer_class_name:
+            raise SecurityDisabledError(
+                "no authorizer is configured (set the broker's authorizer.class.name)"
+            )
+
+    def create_acls(self, bindings: list[AclBinding]) -> Result:
+        """Add ACL bindings (one already there is kept once); each is persisted before
+        it is answered.
+
+        Raises (as the Result's error): SecurityDisabledError with no authorizer on.
+        """
+        try:
+            self._require_authorizer()
+            with self._lock:
+                for binding in bindings:
+                    if binding not in self._acls:
+                        self._persist_record(ACL_KEY_PREFIX + binding.to_json().encode(), b"1")
+                        self._acls[binding] = None
+                        self._bump_acl_version()
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> Result:
+        """Delete the bindings each filter matches; answers, per filter, those deleted."""
+        try:
+            self._require_authorizer()
+            deleted: list[list[AclBinding]] = []
+            with self._lock:
+                for acl_filter in filters:
+                    matched = [b for b in self._acls if acl_filter.matches(b)]
+                    for binding in matched:
+                        self._persist_record(ACL_KEY_PREFIX + binding.to_json().encode(), None)
+                        del self._acls[binding]
+                    if matched:
+                        self._bump_acl_version()
+                    deleted.append(matched)
+            return Result(value=deleted)
+        except Exception as error:
+            return failure(error)
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> Result:
+        """The bindings ``acl_filter`` matches."""
+        try:
+            self._require_authorizer()
+            with self._lock:
+                return Result(value=[b for b in self._acls if acl_filter.matches(b)])
+        except Exception as error:
+            return failure(error)
+
+    def acls_since(self, version: tuple[str, int] | None) -> tuple[tuple[str, int], list] | None:
+        """Every binding with its version, or None if ``version`` is still current:
+        what listeners poll (a poll that finds nothing new is one small call)."""
+        with self._lock:
+            if version == self._acl_version:
+                return None
+            return self._acl_version, list(self._acls)
+
+    def _bump_acl_version(self) -> None:
+        incarnation, count = self._acl_version
+        self._acl_version = (incarnation, count + 1)
 
     # ------------------------------------------------------------------ lifecycle
 

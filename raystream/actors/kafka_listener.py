@@ -9,6 +9,14 @@ for a leader on this node stays on this node), to the coordinators, and controll
 calls. It keeps no state of its own that matters: Ray restarts it after a crash, and
 it registers again (every :data:`REGISTER_INTERVAL_S`, so a restarted controller
 learns of it too).
+
+With the broker's ``authorizer.class.name`` set, it holds an
+:class:`~raystream.security.acls.Authorizer` over the ACLs of the controller's metadata
+log, loaded before it binds and refreshed by polling the controller's ACL version every
+:data:`ACL_POLL_INTERVAL_S`. A poll rather than a push: the controller (a threaded
+actor) would otherwise track every listener's handle across restarts on both sides, and
+a poll that finds nothing new is one small call; a change is in force on every listener
+within that interval plus a call.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import ray
 
 from raystream.actors.liveness import actor_node
 from raystream.actors.partition_client import PartitionClient
+from raystream.config import BrokerConfig
 from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
@@ -34,6 +43,7 @@ from raystream.log.producer_state import NO_SEQUENCE
 from raystream.protocol import TopicMetadata
 from raystream.records import batch_from_table
 from raystream.requests import TRANSACTIONAL_OFFSETS_WRITER, ProduceRequest, Request
+from raystream.security.acls import Authorizer, audit, parse_super_users
 from raystream.transport import CALL_ERRORS, send
 
 logger = logging.getLogger(__name__)
@@ -44,6 +54,8 @@ BROKERS_TTL_S = 1.0
 """How long the broker list Metadata answers from is reused."""
 TXN_OFFSETS_TIMEOUT_MS = 30_000
 """How long a TxnOffsetCommit's write may wait for the ISR."""
+ACL_POLL_INTERVAL_S = 0.5
+"""How often a listener with the authorizer on asks the controller for newer ACLs."""
 
 
 def listener_actor_name(node: str) -> str:
@@ -73,6 +85,8 @@ class KafkaListener:
         self._coordinators: dict[str, Any] = {}
         self._topic_ids: dict[str, str] = {}
         self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
+        self.authorizer: Authorizer | None = None
+        self._acl_version: tuple[str, int] | None = None
         # Ray runs an async actor's constructor on its event loop: binding starts now,
         # after a restart by Ray too, with nobody having to ask.
         self._started = asyncio.get_running_loop().create_task(self._start())
@@ -96,6 +110,7 @@ class KafkaListener:
         }
 
     async def _start(self) -> None:
+        await self._start_authorizer()
         for spec in self._specs:
             server = KafkaServer(self, bind_host(spec, self._address), spec.port)
             await server.start()
@@ -118,6 +133,39 @@ class KafkaListener:
         self.broker_id = await self._partitions.controller_call(
             "register_listener", self.node, self._endpoints()
         )
+
+    async def _start_authorizer(self) -> None:
+        """With an authorizer configured, load the ACLs before serving and keep them
+        fresh (see the module's docstring)."""
+        broker = BrokerConfig.from_kafka(await self._partitions.controller_call("broker_config"))
+        if not broker.authorizer_class_name:
+            return
+        if not audit.handlers:  # the actor's log (Ray keeps its stderr) is the audit log
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+            audit.addHandler(handler)
+            audit.setLevel(logging.INFO)
+        self.authorizer = Authorizer(
+            super_users=parse_super_users(broker.super_users),
+            allow_if_no_acl=broker.allow_everyone_if_no_acl_found,
+        )
+        await self._refresh_acls()
+        self._acl_poll = asyncio.ensure_future(self._poll_acls())
+
+    async def _refresh_acls(self) -> None:
+        assert self.authorizer is not None
+        changed = await self._partitions.controller_call("acls_since", self._acl_version)
+        if changed is not None:
+            self._acl_version, bindings = changed
+            self.authorizer.update(bindings)
+
+    async def _poll_acls(self) -> None:
+        while True:
+            await asyncio.sleep(ACL_POLL_INTERVAL_S)
+            try:
+                await self._refresh_acls()
+            except RaystreamError as error:
+                logger.warning("Kafka listener: reading ACLs from the controller failed: %s", error)
 
     async def _keep_registered(self) -> None:
         while True:

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from raystream.cli import acls as cli_acls
 from raystream.cli import manage, records
 from raystream.cli import streams as cli_streams
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reassign.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
     _output_option(reassign)
+
+    cli_acls.add_parser(commands, _output_option)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -389,6 +392,7 @@ _COMMANDS = {
     "streams": cli_streams.streams,
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
+    "acls": cli_acls.acls,
 }
 
 

@@ -1,4 +1,4 @@
-"""The Admin client: topics, configs and consumer groups.
+"""The Admin client: topics, configs, consumer groups and ACLs.
 
 Names follow kafka-python's KafkaAdminClient where they exist. Topic calls go to the
 controller actor and group calls to the group coordinator; both validate and answer
@@ -30,6 +30,7 @@ from raystream.requests import (
     ListGroupsRequest,
     ResetOffsetsRequest,
 )
+from raystream.security.acls import AclBinding, AclBindingFilter
 from raystream.transport import outcome, send
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
@@ -301,3 +302,49 @@ class Admin:
                     time.sleep(0.1)
                     self.cluster.forget(tp.topic)
         return result
+
+    # ------------------------------------------------------------------------ ACLs
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Add ACL bindings (Kafka's CreateAcls); in force on every Kafka listener
+        within a second. One already there is kept once.
+
+        Raises:
+            SecurityDisabledError: the broker's ``authorizer.class.name`` is empty.
+            InvalidRequestError: an entry is not an AclBinding.
+        """
+        self.cluster.call("create_acls", [_binding(b) for b in bindings])
+
+    def describe_acls(self, acl_filter: AclBindingFilter | None = None) -> list[AclBinding]:
+        """The bindings ``acl_filter`` matches (None: all), in creation order.
+
+        Raises:
+            SecurityDisabledError: the broker's ``authorizer.class.name`` is empty.
+        """
+        return self.cluster.call("describe_acls", _filter(acl_filter))
+
+    def delete_acls(
+        self, acl_filter: AclBindingFilter | list[AclBindingFilter]
+    ) -> list[AclBinding]:
+        """Delete the bindings the filter (or any of the filters) matches; returns them.
+
+        Raises:
+            SecurityDisabledError: the broker's ``authorizer.class.name`` is empty.
+        """
+        filters = acl_filter if isinstance(acl_filter, list) else [acl_filter]
+        deleted = self.cluster.call("delete_acls", [_filter(f) for f in filters])
+        return [b for matched in deleted for b in matched]
+
+
+def _binding(value: Any) -> AclBinding:
+    if not isinstance(value, AclBinding):
+        raise InvalidRequestError(f"create_acls takes AclBinding objects, not {value!r}")
+    return value
+
+
+def _filter(value: Any) -> AclBindingFilter:
+    if value is None:
+        return AclBindingFilter()
+    if not isinstance(value, AclBindingFilter):
+        raise InvalidRequestError(f"expected an AclBindingFilter (or None), not {value!r}")
+    return value

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
-from raystream.kafka import admin, data, groups, txn
+from raystream.kafka import acl_apis, admin, data, groups, txn
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -152,6 +152,9 @@ APIS: dict[int, Api] = {
         Api(25, "AddOffsetsToTxn", 0, 4, txn.add_offsets_to_txn),
         Api(26, "EndTxn", 0, 4, txn.end_txn),
         Api(28, "TxnOffsetCommit", 0, 4, txn.txn_offset_commit),
+        Api(29, "DescribeAcls", 1, 3, acl_apis.describe_acls),
+        Api(30, "CreateAcls", 1, 3, acl_apis.create_acls),
+        Api(31, "DeleteAcls", 1, 3, acl_apis.delete_acls),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, admin.alter_configs),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),

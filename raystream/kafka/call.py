@@ -18,6 +18,7 @@ from raystream.errors import RaystreamError
 from raystream.kafka.codec import Header
 from raystream.protocol import TopicMetadata
 from raystream.requests import Request
+from raystream.security.acls import Authorizer
 
 NONE = 0
 """Kafka's error code for success."""
@@ -45,6 +46,8 @@ class Backend(Protocol):
 
     broker_id: int
     cluster_id: str
+    authorizer: Authorizer | None
+    """The ACLs requests are checked against (None: the authorizer is off)."""
 
     async def send(self, request: Request) -> Any:
         """``request`` to the leader of its partition; the leader's answer."""

@@ -38,6 +38,7 @@ from typing import Any
 from raystream.dispatch import RequestContext
 from raystream.errors import InvalidRequestError, RaystreamError
 from raystream.kafka import apis
+from raystream.kafka.acl_checks import authorized_handle
 from raystream.kafka.call import Backend, Call
 from raystream.kafka.codec import (
     API_VERSIONS_KEY,
@@ -209,7 +210,7 @@ class KafkaServer:
         if api_key not in ORDERED:
             call.release()
         try:
-            values = await api.handler(call, request)
+            values = await authorized_handle(api_key, api.handler, call, request)
         except Exception as error:
             return self._failed(header, api, error, peer)
         if values is None:

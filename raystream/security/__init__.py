@@ -1,0 +1,1 @@
+"""Security of the Kafka-protocol listeners: authentication, ACLs and quotas."""
