@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raystream.cli import manage, records
+from raystream.cli import quotas as cli_quotas
 from raystream.cli import streams as cli_streams
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reassign.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
     _output_option(reassign)
+
+    cli_quotas.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -387,6 +390,7 @@ _COMMANDS = {
     "consume": records.consume,
     "groups": manage.groups,
     "streams": cli_streams.streams,
+    "quotas": cli_quotas.quotas,
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
 }

@@ -1,0 +1,1 @@
+"""Security: authentication, authorization and client quotas (issue 20)."""
