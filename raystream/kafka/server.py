@@ -25,8 +25,11 @@ waits for the requests before it and holds back those after it. A request goes:
 5. quotas (only while a client quota is set): the request is metered
    (:class:`~raystream.security.quotas.QuotaManager`); an over-quota client's answer
    goes out at once carrying ``throttle_time_ms``, and the connection's next requests
-   are not started until that time has passed (KIP-219's muting). Nothing is dropped:
-   a throttled produce was appended like any other.
+   are not started until that time has passed (KIP-219's muting). From its first
+   throttle on, a connection is served one request at a time, as Kafka serves every
+   connection, so each request is metered before the next starts (pipelined requests
+   would all slip past a throttle still being computed). Nothing is dropped: a
+   throttled produce was appended like any other.
 
 Pure asyncio: the listener actor owns the event loop and the Backend.
 """
@@ -135,10 +138,12 @@ class KafkaServer:
                 frame = await self._frame(reader, peer)
                 if frame is None:
                     break
-                if peer in self._muted:
+                in_flight = [t for t in in_flight if not t.done()]
+                if peer in self._muted:  # throttled once: one request at a time, as Kafka
+                    if in_flight:
+                        await asyncio.wait(in_flight)
                     await self._unmuted(peer)
                 api_key = frame_api_key(frame)
-                in_flight = [t for t in in_flight if not t.done()]
                 if api_key not in PIPELINED and in_flight:  # a barrier: alone, in turn
                     await asyncio.wait(in_flight)
                 dispatched = asyncio.get_running_loop().create_future()
@@ -267,7 +272,7 @@ class KafkaServer:
 
     async def _unmuted(self, peer: Any) -> None:
         """Wait out the connection's mute (KIP-219: its answer already went out)."""
-        delay = self._muted.pop(peer, 0.0) - time.monotonic()
+        delay = self._muted.get(peer, 0.0) - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
 

@@ -177,7 +177,7 @@ def test_producer_held_to_its_byte_rate_and_others_not_slowed(
     admin.alter_client_quotas({("client-id", limited_client): {"producer_byte_rate": QUOTA}})
     try:
         time.sleep(1.5)  # listeners pick quotas up within a second
-        duration_s = 20.0
+        duration_s = 22.0  # two spans of Kafka's quota window (11 samples of 1 s)
         limited: dict[str, Any] = {}
         free: dict[str, Any] = {}
         threads = [
