@@ -74,6 +74,7 @@ from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
 from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader, preferred_leader
+from raystream.security import quotas as client_quotas
 from raystream.security.acls import AclBinding, AclBindingFilter
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.transport import worker_startup_concurrency
@@ -92,6 +93,9 @@ ACL_KEY_PREFIX = b"@acl:"
 """Metadata-log key prefix of an ACL binding: the key is the prefix and the binding's
 JSON (:meth:`AclBinding.to_json`), the value ``1`` while it holds and a tombstone once
 deleted, so compaction keeps exactly the bindings in force."""
+CLIENT_QUOTAS_KEY = b"@client-quotas"
+"""Metadata-log key of every client quota (JSON, see raystream.security.quotas): the
+whole set in one compacted record, small and changed rarely."""
 REPLICA_READY_TIMEOUT_S = 120
 """How long a topic creation (or partition addition) waits for its replicas by default
 (Kafka's CreateTopics ``timeout_ms``) before it is rolled back."""
@@ -241,6 +245,8 @@ class Controller:
         )
         self._acls: dict[AclBinding, None] = {}  # ordered: describe answers in creation order
         self._acl_version = (uuid.uuid4().hex, 0)
+        self._client_quotas: dict[client_quotas.Entity, dict[str, float]] = {}
+        self._quotas_version = f"{uuid.uuid4().hex}:0"
         self.topics, producer_id_end, self._broker_ids = self._replay()
         self._listeners: dict[int, dict[str, Any]] = {}
         self._listener_specs = parse_listeners(self.broker.listeners)
@@ -313,6 +319,9 @@ class Controller:
                             self._acls.pop(binding, None)
                         else:
                             self._acls[binding] = None
+                        continue
+                    if key == CLIENT_QUOTAS_KEY:
+                        self._client_quotas = client_quotas.from_json(value)
                         continue
                     name = key.decode()
                     if value is None:
@@ -1542,6 +1551,44 @@ class Controller:
         """The Kafka broker id of every Ray node that ever ran a listener."""
         with self._lock:
             return dict(self._broker_ids)
+
+    # ------------------------------------------------------------ client quotas
+
+    def alter_client_quotas(self, changes: Any, validate_only: bool = False) -> Result:
+        """Set or remove client quotas (``{entity: {key: value or None}}``, see
+        :func:`raystream.security.quotas.validate_changes`), all or none, recorded in
+        the metadata log before they apply; listeners pick them up within a second."""
+        try:
+            checked = client_quotas.validate_changes(changes)
+            if validate_only:
+                return Result()
+            with self._lock:
+                merged = client_quotas.apply_changes(self._client_quotas, checked)
+                self._persist_record(CLIENT_QUOTAS_KEY, client_quotas.to_json(merged).encode())
+                self._client_quotas = merged
+                boot, count = self._quotas_version.split(":")
+                self._quotas_version = f"{boot}:{int(count) + 1}"
+            return Result()
+        except Exception as error:
+            return failure(error)
+
+    def describe_client_quotas(self, components: Any = (), strict: bool = False) -> Result:
+        """The quotas of the entities matching a DescribeClientQuotas filter
+        (``[(entity_type, match_type, match), ...]``; none: all)."""
+        try:
+            with self._lock:
+                current = dict(self._client_quotas)
+            return Result(value=client_quotas.describe(current, components, strict))
+        except Exception as error:
+            return failure(error)
+
+    def client_quotas(self, known_version: str | None) -> tuple[str, Any]:
+        """``(version, quotas)`` for a listener's cache; quotas are None when
+        ``known_version`` is already the current one (the common answer: small)."""
+        with self._lock:
+            if known_version == self._quotas_version:
+                return known_version, None
+            return self._quotas_version, dict(self._client_quotas)
 
     def _stop_listeners(self) -> None:
         for node in set(self._broker_ids) | set(alive_nodes()):

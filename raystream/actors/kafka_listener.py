@@ -44,6 +44,7 @@ from raystream.protocol import TopicMetadata
 from raystream.records import batch_from_table
 from raystream.requests import TRANSACTIONAL_OFFSETS_WRITER, ProduceRequest, Request
 from raystream.security.acls import Authorizer, audit, parse_super_users
+from raystream.security.quotas import QuotaManager
 from raystream.transport import CALL_ERRORS, send
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ TXN_OFFSETS_TIMEOUT_MS = 30_000
 """How long a TxnOffsetCommit's write may wait for the ISR."""
 ACL_POLL_INTERVAL_S = 0.5
 """How often a listener with the authorizer on asks the controller for newer ACLs."""
+QUOTAS_REFRESH_S = 0.5
+"""How often a listener asks the controller whether client quotas changed (a small
+call answered with nothing when they did not): a change applies within a second."""
 
 
 def listener_actor_name(node: str) -> str:
@@ -87,6 +91,8 @@ class KafkaListener:
         self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
         self.authorizer: Authorizer | None = None
         self._acl_version: tuple[str, int] | None = None
+        self.quotas = QuotaManager()
+        self._quotas_version: str | None = None
         # Ray runs an async actor's constructor on its event loop: binding starts now,
         # after a restart by Ray too, with nobody having to ask.
         self._started = asyncio.get_running_loop().create_task(self._start())
@@ -112,11 +118,14 @@ class KafkaListener:
     async def _start(self) -> None:
         await self._start_authorizer()
         for spec in self._specs:
-            server = KafkaServer(self, bind_host(spec, self._address), spec.port)
+            server = KafkaServer(
+                self, bind_host(spec, self._address), spec.port, quotas=self.quotas
+            )
             await server.start()
             self._servers.append(server)
         await self._register()
         self._registering = asyncio.ensure_future(self._keep_registered())
+        self._quotas_refresh = asyncio.ensure_future(self._keep_quotas())
 
     def _endpoints(self) -> list[dict[str, Any]]:
         endpoints = []
@@ -174,6 +183,20 @@ class KafkaListener:
                 await self._register()
             except RaystreamError as error:
                 logger.warning("Kafka listener: registering with the controller failed: %s", error)
+
+    async def _keep_quotas(self) -> None:
+        """Keep :attr:`quotas` in step with the controller's client quotas."""
+        while True:
+            try:
+                version, quotas = await self._partitions.controller_call(
+                    "client_quotas", self._quotas_version
+                )
+                if quotas is not None:
+                    self.quotas.update(quotas)
+                    self._quotas_version = version
+            except RaystreamError as error:
+                logger.warning("Kafka listener: reading client quotas failed: %s", error)
+            await asyncio.sleep(QUOTAS_REFRESH_S)
 
     # ------------------------------------------------------------------ Backend
 

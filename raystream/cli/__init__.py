@@ -18,6 +18,7 @@ from typing import Any
 
 from raystream.cli import acls as cli_acls
 from raystream.cli import manage, records
+from raystream.cli import quotas as cli_quotas
 from raystream.cli import streams as cli_streams
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
@@ -195,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     _output_option(reassign)
 
     cli_acls.add_parser(commands, _output_option)
+    cli_quotas.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -390,6 +392,7 @@ _COMMANDS = {
     "consume": records.consume,
     "groups": manage.groups,
     "streams": cli_streams.streams,
+    "quotas": cli_quotas.quotas,
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
     "acls": cli_acls.acls,

@@ -1,4 +1,4 @@
-"""The Admin client: topics, configs, consumer groups and ACLs.
+"""The Admin client: topics, configs, consumer groups, ACLs and client quotas.
 
 Names follow kafka-python's KafkaAdminClient where they exist. Topic calls go to the
 controller actor and group calls to the group coordinator; both validate and answer
@@ -31,6 +31,13 @@ from raystream.requests import (
     ResetOffsetsRequest,
 )
 from raystream.security.acls import AclBinding, AclBindingFilter
+from raystream.security.quotas import (
+    MATCH_ANY,
+    MATCH_DEFAULT,
+    MATCH_EXACT,
+    public_entity,
+    validate_changes,
+)
 from raystream.transport import outcome, send
 from raystream.types import GroupDescription, TopicDescription, TopicPartition
 
@@ -258,6 +265,49 @@ class Admin:
         finally:
             consumer.close()
         return {tp: ends[tp] if found[tp] is None else found[tp] for tp in tps}
+
+    def alter_client_quotas(self, changes: dict[Any, dict[str, Any]]) -> None:
+        """Set client quotas as Kafka's ``kafka-configs --alter --entity-type users``:
+        ``{entity: {key: value}}`` with a value of None removing the key. An entity
+        is ``("user", "alice")``, ``("client-id", "app")``, both as a tuple of pairs
+        (``(("user", "alice"), ("client-id", "app"))``), a name of None meaning the
+        default; keys are ``producer_byte_rate``, ``consumer_byte_rate`` (bytes/s)
+        and ``request_percentage``. All apply together, on every listener within a
+        second.
+
+        Raises:
+            InvalidRequestError: an unknown entity type or key, or a value that is not
+                a positive number (nothing is changed).
+        """
+        self.cluster.call("alter_client_quotas", validate_changes(changes))
+
+    def describe_client_quotas(
+        self, filter: list[tuple[Any, ...]] | None = None, strict: bool = False
+    ) -> dict[Any, dict[str, float]]:
+        """The client quotas set, ``{entity: {key: value}}`` (entities written as
+        :meth:`alter_client_quotas` takes them).
+
+        ``filter`` components: ``(type, name)`` matches that name, ``(type, None)`` the
+        default, ``(type,)`` any name; every component must match, and with ``strict``
+        an entity may name no other type. None: every quota.
+
+        Raises:
+            InvalidRequestError: a component of an unknown type.
+        """
+        components = []
+        for component in filter or []:
+            if not isinstance(component, tuple | list) or len(component) not in (1, 2):
+                raise InvalidRequestError(
+                    f"a quota filter component is (type,) or (type, name), not {component!r}"
+                )
+            if len(component) == 1:
+                components.append((component[0], MATCH_ANY, None))
+            elif component[1] is None:
+                components.append((component[0], MATCH_DEFAULT, None))
+            else:
+                components.append((component[0], MATCH_EXACT, component[1]))
+        found = self.cluster.call("describe_client_quotas", components, strict)
+        return {public_entity(key): values for key, values in found.items()}
 
     def close(self) -> None:
         """Nothing to release; kept for kafka-python compatibility."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
-from raystream.kafka import acl_apis, admin, data, groups, txn
+from raystream.kafka import acl_apis, admin, data, groups, quotas, txn
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -160,6 +160,8 @@ APIS: dict[int, Api] = {
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
+        Api(48, "DescribeClientQuotas", 0, 1, quotas.describe_client_quotas),
+        Api(49, "AlterClientQuotas", 0, 1, quotas.alter_client_quotas),
         Api(60, "DescribeCluster", 0, 2, admin.describe_cluster),
     )
 }

@@ -21,7 +21,15 @@ waits for the requests before it and holds back those after it. A request goes:
 4. handle, then answer: the handler's dict is fitted to the version and written. A
    handler that raises answers the request's top-level error code where the response
    has one (UNKNOWN_SERVER_ERROR for anything not a RaystreamError), else closes the
-   connection after logging: the listener itself never goes down with one request.
+   connection after logging: the listener itself never goes down with one request;
+5. quotas (only while a client quota is set): the request is metered
+   (:class:`~raystream.security.quotas.QuotaManager`); an over-quota client's answer
+   goes out at once carrying ``throttle_time_ms``, and the connection's next requests
+   are not started until that time has passed (KIP-219's muting). From its first
+   throttle on, a connection is served one request at a time, as Kafka serves every
+   connection, so each request is metered before the next starts (pipelined requests
+   would all slip past a throttle still being computed). Nothing is dropped: a
+   throttled produce was appended like any other.
 
 Pure asyncio: the listener actor owns the event loop and the Backend.
 """
@@ -33,6 +41,7 @@ import contextlib
 import dataclasses
 import logging
 import struct
+import time
 from typing import Any
 
 from raystream.dispatch import RequestContext
@@ -50,6 +59,7 @@ from raystream.kafka.codec import (
     peek_header,
     response_schema,
 )
+from raystream.security.quotas import QuotaManager
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +85,14 @@ class KafkaServer:
     Args:
         backend: what handlers act through.
         host, port: where to listen (port 0: any free port; see :attr:`port`).
+        quotas: the client quotas to enforce (the listener keeps them current).
     """
 
-    def __init__(self, backend: Backend, host: str, port: int) -> None:
+    def __init__(
+        self, backend: Backend, host: str, port: int, quotas: QuotaManager | None = None
+    ) -> None:
         self.backend = backend
+        self.quotas = quotas if quotas is not None else QuotaManager()
         self.host = host
         self.requested_port = port
         self.port = port
@@ -86,6 +100,7 @@ class KafkaServer:
         self.requests = 0
         self.closed_bad = 0
         self._server: asyncio.Server | None = None
+        self._muted: dict[Any, float] = {}  # peer -> monotonic time its mute ends
 
     async def start(self) -> None:
         """Bind and start accepting; :attr:`port` is the bound port afterwards."""
@@ -124,8 +139,12 @@ class KafkaServer:
                 frame = await self._frame(reader, peer)
                 if frame is None:
                     break
-                api_key = frame_api_key(frame)
                 in_flight = [t for t in in_flight if not t.done()]
+                if peer in self._muted:  # throttled once: one request at a time, as Kafka
+                    if in_flight:
+                        await asyncio.wait(in_flight)
+                    await self._unmuted(peer)
+                api_key = frame_api_key(frame)
                 if api_key not in PIPELINED and in_flight:  # a barrier: alone, in turn
                     await asyncio.wait(in_flight)
                 dispatched = asyncio.get_running_loop().create_future()
@@ -145,6 +164,7 @@ class KafkaServer:
                 await replies
             for task in in_flight:
                 task.cancel()
+            self._muted.pop(peer, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -209,13 +229,53 @@ class KafkaServer:
         call = Call(header, context, self.backend, after, dispatched)
         if api_key not in ORDERED:
             call.release()
+        started = time.monotonic()
         try:
             values = await authorized_handle(api_key, api.handler, call, request)
         except Exception as error:
             return self._failed(header, api, error, peer)
+        if self.quotas.active:
+            return self._metered(header, values, context, peer, len(frame), started)
         if values is None:
             return None
         return encode_response(header, build(response_schema(api_key, version), values))
+
+    def _metered(
+        self,
+        header: Header,
+        values: Any,
+        context: RequestContext,
+        peer: Any,
+        request_bytes: int,
+        started: float,
+    ) -> bytes | None:
+        """The answer of a request metered against the client's quotas: with the
+        throttle time in it when over quota, and the connection muted for that long."""
+        quotas = self.quotas
+        client_id = header.client_id or ""
+        throttle = quotas.on_request(
+            header.api_key, context.principal, client_id, request_bytes, time.monotonic() - started
+        )
+        answer = None
+        if values is not None:
+            schema = response_schema(header.api_key, header.api_version)
+            answer = encode_response(header, build(schema, values))
+            if header.api_key == FETCH:
+                fetched = quotas.on_fetch_response(context.principal, client_id, len(answer))
+                throttle = max(throttle, fetched)
+            if throttle > 0:
+                throttled = {**values, "throttle_time": throttle}
+                answer = encode_response(header, build(schema, throttled))
+        if throttle > 0:
+            until = time.monotonic() + throttle / 1000
+            self._muted[peer] = max(self._muted.get(peer, 0.0), until)
+        return answer
+
+    async def _unmuted(self, peer: Any) -> None:
+        """Wait out the connection's mute (KIP-219: its answer already went out)."""
+        delay = self._muted.get(peer, 0.0) - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     def _failed(self, header: Header, api: apis.Api, error: Exception, peer: Any) -> bytes | bool:
         """Answer a request whose handler raised with its top-level error code, or
