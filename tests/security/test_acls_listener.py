@@ -9,6 +9,7 @@ manages the ACLs the tests need. Each test uses topics and groups of its own.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -58,6 +59,17 @@ def _grant(cluster: Any, *ops: str, rtype: str = "Topic", name: str, deny: bool 
     )
 
 
+def _soon(attempt: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Whether ``attempt()`` succeeds before ``timeout_s`` (an ACL change reaches the
+    listeners within a second; the rest is slack for a loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    while not attempt():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _producer(bootstrap: str) -> Any:
     from confluent_kafka import Producer
 
@@ -87,12 +99,8 @@ def test_produce_refused_appends_nothing_and_is_audited(
     described = secure_cluster.admin().describe_topic(topic)
     assert [p.high_watermark for p in described.partitions] == [0]
     _grant(secure_cluster, "Write", name=topic)
-    error = None
-    for _ in range(3):  # effective within a second: the listener polls every 0.5 s
-        error = _produce(bootstrap, topic)
-        if error is None:
-            break
-    assert error is None
+    # In force within a second (the listener polls every 0.5 s); 10 s for a busy machine.
+    assert _soon(lambda: _produce(bootstrap, topic) is None)
     assert secure_cluster.admin().describe_topic(topic).partitions[0].high_watermark == 1
 
 
@@ -110,10 +118,12 @@ def test_fetch_refused_then_allowed(secure_cluster: Any, bootstrap: str, topic: 
                 consumer.poll(timeout_ms=500)
         _grant(secure_cluster, "Read", name=topic)
         got: list[Any] = []
-        for _ in range(20):
-            got += [r for rs in consumer.poll(timeout_ms=500).values() for r in rs]
-            if got:
-                break
+
+        def fetched() -> bool:
+            got.extend(r for rs in consumer.poll(timeout_ms=500).values() for r in rs)
+            return bool(got)
+
+        _soon(fetched)
         assert [r.value for r in got] == [b"secret-payload"]
     finally:
         consumer.close()
@@ -187,12 +197,15 @@ def test_kafka_admin_client_manages_acls(secure_cluster: Any, bootstrap: str) ->
         AclOperation.ANY,
         AclPermissionType.ANY,
     )
-    for _ in range(3):  # the grant is in force within a second
+
+    def created() -> bool:
         try:
             admin.create_acls([binding])[binding].result(10)
-            break
         except KafkaException:
-            continue
+            return False
+        return True
+
+    assert _soon(created)  # the grant is in force within a second
     assert admin.describe_acls(mine).result(10) == [binding]
     assert secure_cluster.admin().describe_acls(AclBindingFilter(principal="User:carol")) == [
         AclBinding("User:carol", "*", "Read", "Allow", "Topic", "managed-", "prefixed")
