@@ -18,6 +18,7 @@ from typing import Any
 
 from raystream.cli import manage, records
 from raystream.cli import streams as cli_streams
+from raystream.cli import users as cli_users
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
 EXIT_ERROR = 1
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reassign.add_argument("--execute", action="store_true", help="apply (default: a dry run)")
     _output_option(reassign)
+
+    cli_users.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -389,6 +392,7 @@ _COMMANDS = {
     "streams": cli_streams.streams,
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
+    "users": cli_users.users,
 }
 
 
