@@ -28,7 +28,7 @@ def test_mapping_rules_as_kafka() -> None:
     upper = parse_mapping_rules(r"RULE:^CN=([^,]*).*$/$1/U")
     assert certificate_principal(dn, upper) == "User:ALICE"
     for bad in ("RULE:^CN=(.*$/$1/", "NOPE", "RULE:a/b/ x"):
-        with pytest.raises(InvalidConfigError, match="ssl.principal.mapping.rules"):
+        with pytest.raises(InvalidConfigError, match=r"ssl.principal.mapping.rules"):
             parse_mapping_rules(bad)
 
 
@@ -42,19 +42,19 @@ def test_listener_settings_are_checked_by_name(tmp_path) -> None:
     ]
     with pytest.raises(InvalidConfigError, match="CLIENT"):
         parse_listeners("CLIENT://:0")
-    with pytest.raises(InvalidConfigError, match="ssl.keystore.location"):
+    with pytest.raises(InvalidConfigError, match=r"ssl.keystore.location"):
         BrokerConfig.from_kafka({"listeners": "SSL://:0"})
-    with pytest.raises(InvalidConfigError, match="ssl.client.auth"):
+    with pytest.raises(InvalidConfigError, match=r"ssl.client.auth"):
         BrokerConfig.from_kafka({"ssl.client.auth": "sometimes"})
-    with pytest.raises(InvalidConfigError, match="sasl.oauthbearer.jwks.endpoint.url"):
+    with pytest.raises(InvalidConfigError, match=r"sasl.oauthbearer.jwks.endpoint.url"):
         BrokerConfig.from_kafka(
             {"listeners": "SASL_PLAINTEXT://:0", "sasl.enabled.mechanisms": "OAUTHBEARER"}
         )
     with pytest.raises(InvalidConfigError, match="GSSAPI"):
         BrokerConfig.from_kafka({"sasl.enabled.mechanisms": "GSSAPI"})
-    with pytest.raises(InvalidConfigError, match="ssl.truststore.location"):
+    with pytest.raises(InvalidConfigError, match=r"ssl.truststore.location"):
         TlsSettings(str(tmp_path / "x.pem"), client_auth="required").check()
-    with pytest.raises(InvalidConfigError, match="ssl.keystore.location"):
+    with pytest.raises(InvalidConfigError, match=r"ssl.keystore.location"):
         TlsConfig(TlsSettings(str(tmp_path / "missing.pem")))
 
 

@@ -219,7 +219,7 @@ def test_oauthbearer_validates_jwts_against_the_jwks(jwt_issuer) -> None:
 def test_validators_are_pluggable_and_misconfiguration_is_named(jwt_issuer) -> None:
     plugged = load_validator("raystream.security.oauth:JwksValidator", jwks=jwt_issuer.jwks_path)
     assert plugged.validate(jwt_issuer.token("dan")).principal_name == "dan"
-    with pytest.raises(InvalidConfigError, match="validator.class"):
+    with pytest.raises(InvalidConfigError, match=r"validator.class"):
         load_validator("no.such.module:Validator", jwks="x")
-    with pytest.raises(InvalidConfigError, match="jwks.endpoint.url"):
+    with pytest.raises(InvalidConfigError, match=r"jwks.endpoint.url"):
         JwksValidator("/no/such/jwks.json")
