@@ -166,6 +166,24 @@ class BrokerConfig(KafkaConfig):
             (``User:admin;User:ops``).
         allow_everyone_if_no_acl_found: with the authorizer on, allow a resource that no
             ACL matches (Kafka's default and this one: false, refuse it).
+        listener_security_protocol_map: ``NAME:PROTOCOL,...`` for listeners named
+            otherwise than their security protocol (Kafka's).
+        ssl_keystore_location, ssl_key_location, ssl_key_password,
+            ssl_truststore_location, ssl_client_auth: the TLS of ``SSL`` and
+            ``SASL_SSL`` listeners, as PEM files (see :mod:`raystream.security.tls`);
+            reloaded when the files change.
+        ssl_principal_mapping_rules: Kafka's rules mapping a client certificate's
+            subject to a principal (``DEFAULT``: ``User:<the whole DN>``).
+        sasl_enabled_mechanisms: what SASL listeners offer, among PLAIN,
+            SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER. PLAIN is checked against the
+            user's stored SCRAM credential.
+        sasl_oauthbearer_jwks_endpoint_url: the JWKS file (path or ``file:`` URL)
+            OAUTHBEARER tokens are checked against; ``..._expected_audience``,
+            ``..._expected_issuer`` and ``..._sub_claim_name`` as Kafka's.
+        sasl_oauthbearer_validator_class: ``module:Class`` of another token validator
+            (see :mod:`raystream.security.oauth`). Empty: the JWKS validator.
+        connections_max_reauth_ms: a SASL session's lifetime (KIP-368); a client that
+            does not re-authenticate in time is disconnected. 0: no limit.
     """
 
     data_dir: str = ""
@@ -188,6 +206,20 @@ class BrokerConfig(KafkaConfig):
     authorizer_class_name: str = ""
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
+    listener_security_protocol_map: str = ""
+    ssl_keystore_location: str = ""
+    ssl_key_location: str = ""
+    ssl_key_password: str = dataclasses.field(default="", repr=False)
+    ssl_truststore_location: str = ""
+    ssl_client_auth: str = "none"
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    sasl_oauthbearer_jwks_endpoint_url: str = ""
+    sasl_oauthbearer_expected_audience: str = ""
+    sasl_oauthbearer_expected_issuer: str = ""
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_validator_class: str = ""
+    connections_max_reauth_ms: int = 0
 
     def __post_init__(self) -> None:
         from raystream.errors import InvalidRequestError
@@ -201,8 +233,12 @@ class BrokerConfig(KafkaConfig):
                 f"broker config super.users={self.super_users!r}: {error}"
             ) from None
 
-        bound = {s.protocol for s in parse_listeners(self.listeners, "listeners")}
-        advertised = parse_listeners(self.advertised_listeners, "advertised_listeners")
+        specs = parse_listeners(self.listeners, "listeners", self.listener_security_protocol_map)
+        bound = {s.protocol for s in specs}
+        advertised = parse_listeners(
+            self.advertised_listeners, "advertised_listeners", self.listener_security_protocol_map
+        )
+        self._check_security({s.security_protocol for s in specs})
         for spec in advertised:
             require(
                 spec.protocol in bound,
@@ -233,6 +269,57 @@ class BrokerConfig(KafkaConfig):
         ):
             value = getattr(self, name)
             require(value >= 1, "broker config", name, value, "must be >= 1")
+
+    def _check_security(self, protocols: set[str]) -> None:
+        """The security settings the configured listeners need, checked now (the
+        message names the key) rather than when a listener first starts."""
+        from raystream.security.principal import parse_mapping_rules
+        from raystream.security.sasl import OAUTHBEARER, parse_mechanisms
+        from raystream.security.tls import CLIENT_AUTH
+
+        parse_mapping_rules(self.ssl_principal_mapping_rules)
+        require(
+            self.ssl_client_auth in CLIENT_AUTH,
+            "broker config",
+            "ssl_client_auth",
+            self.ssl_client_auth,
+            f"expected one of {', '.join(CLIENT_AUTH)}",
+        )
+        require(
+            self.connections_max_reauth_ms >= 0,
+            "broker config",
+            "connections_max_reauth_ms",
+            self.connections_max_reauth_ms,
+            "must be >= 0 (0: no limit)",
+        )
+        mechanisms = parse_mechanisms(self.sasl_enabled_mechanisms)
+        if protocols & {"SSL", "SASL_SSL"}:
+            require(
+                bool(self.ssl_keystore_location),
+                "broker config",
+                "ssl_keystore_location",
+                self.ssl_keystore_location,
+                "is required by SSL and SASL_SSL listeners",
+            )
+        if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
+            require(
+                bool(mechanisms),
+                "broker config",
+                "sasl_enabled_mechanisms",
+                self.sasl_enabled_mechanisms,
+                "SASL listeners need at least one mechanism",
+            )
+            if OAUTHBEARER in mechanisms:
+                require(
+                    bool(
+                        self.sasl_oauthbearer_jwks_endpoint_url
+                        or self.sasl_oauthbearer_validator_class
+                    ),
+                    "broker config",
+                    "sasl_oauthbearer_jwks_endpoint_url",
+                    self.sasl_oauthbearer_jwks_endpoint_url,
+                    "OAUTHBEARER needs a JWKS file (or sasl.oauthbearer.validator.class)",
+                )
 
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}

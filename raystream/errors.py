@@ -228,6 +228,36 @@ class SecurityDisabledError(RaystreamError):
     ``authorizer.class.name`` is empty)."""
 
     code = 54
+class UnsupportedSaslMechanismError(RaystreamError):
+    """A client asked for a SASL mechanism the listener does not enable."""
+
+    code = 33
+
+
+class IllegalSaslStateError(RaystreamError):
+    """A SASL exchange got a message out of turn (e.g. authenticate before handshake)."""
+
+    code = 34
+
+
+class SaslAuthenticationError(RaystreamError):
+    """SASL authentication failed: unknown user, wrong password, bad or expired token.
+
+    The message never carries the credentials."""
+
+    code = 58
+
+
+class ResourceNotFoundError(RaystreamError):
+    """The named resource (a user's SCRAM credential, ...) does not exist."""
+
+    code = 91
+
+
+class UnacceptableCredentialError(RaystreamError):
+    """A credential to store is refused (empty password, too few iterations, ...)."""
+
+    code = 93
 
 
 class UnsupportedError(RaystreamError):
@@ -479,6 +509,11 @@ class TopologyError(StreamsError):
 _BY_CODE: dict[int, type[RaystreamError]] = {
     cls.code: cls
     for cls in (
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
+        SaslAuthenticationError,
+        ResourceNotFoundError,
+        UnacceptableCredentialError,
         OffsetOutOfRangeError,
         CorruptRecordError,
         UnknownTopicOrPartitionError,

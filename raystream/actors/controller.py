@@ -62,6 +62,7 @@ from raystream.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
     LogDirInUseError,
+    RaystreamError,
     RaystreamTimeoutError,
     SecurityDisabledError,
     TopicAlreadyExistsError,
@@ -76,6 +77,7 @@ from raystream.records import record_schema
 from raystream.replication.election import OFFLINE, elect_leader, preferred_leader
 from raystream.security import quotas as client_quotas
 from raystream.security.acls import AclBinding, AclBindingFilter
+from raystream.security.scram import CredentialStore, ScramCredential
 from raystream.transactions.state_topic import TRANSACTION_STATE_TOPIC
 from raystream.transport import worker_startup_concurrency
 from raystream.types import PartitionDescription, TopicDescription
@@ -247,9 +249,15 @@ class Controller:
         self._acl_version = (uuid.uuid4().hex, 0)
         self._client_quotas: dict[client_quotas.Entity, dict[str, float]] = {}
         self._quotas_version = f"{uuid.uuid4().hex}:0"
+        self._scram = CredentialStore()  # filled by _replay
+        # Listeners cache the credentials by this version: it starts anew (never 0
+        # again) in each controller life, so no cache survives a controller restart.
+        self._scram_version = time.time_ns()
         self.topics, producer_id_end, self._broker_ids = self._replay()
         self._listeners: dict[int, dict[str, Any]] = {}
-        self._listener_specs = parse_listeners(self.broker.listeners)
+        self._listener_specs = parse_listeners(
+            self.broker.listeners, "listeners", self.broker.listener_security_protocol_map
+        )
         self._producer_ids = ProducerIdBlocks(producer_id_end)
         self._handles: dict[tuple[str, int, int], Any] = {}
         # A node id keeps its address for life, dead or alive: cached, and a node id
@@ -291,7 +299,7 @@ class Controller:
 
     def _replay(self) -> tuple[dict[str, TopicState], int, dict[str, int]]:
         """Rebuild the topics, the reserved producer-id block end and the Kafka broker
-        ids of nodes from the log."""
+        ids of nodes from the log (and the SCRAM credentials, into ``self._scram``)."""
         topics: dict[str, TopicState] = {}
         producer_id_end = 0
         broker_ids: dict[str, int] = {}
@@ -322,6 +330,9 @@ class Controller:
                         continue
                     if key == CLIENT_QUOTAS_KEY:
                         self._client_quotas = client_quotas.from_json(value)
+                        continue
+                    if CredentialStore.is_record(key):
+                        self._scram.replay(key, value)
                         continue
                     name = key.decode()
                     if value is None:
@@ -1517,7 +1528,12 @@ class Controller:
                 num_cpus=0,
                 get_if_exists=True,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-            ).remote(self.namespace, self.broker.listeners, self.broker.advertised_listeners)
+            ).remote(
+                self.namespace,
+                self.broker.listeners,
+                self.broker.advertised_listeners,
+                self.broker_options,
+            )
         self._listeners_started = True
 
     def register_listener(self, node: str, endpoints: list[dict[str, Any]]) -> Result:
@@ -1546,6 +1562,52 @@ class Controller:
             return [
                 dict(entry) for _, entry in sorted(self._listeners.items()) if entry["node"] in live
             ]
+
+    # ------------------------------------------------------ SCRAM credentials
+
+    def alter_scram_credentials(
+        self,
+        upsertions: list[tuple[str, dict[str, Any]]],
+        deletions: list[tuple[str, str]],
+    ) -> Result:
+        """Set (``(user, credential JSON)``) and delete (``(user, mechanism)``) users'
+        SCRAM credentials, each persisted before it counts. Only salted keys come
+        here (the caller salts). Answers ``{user: None | (error code, message)}``.
+        """
+        try:
+            outcome: dict[str, tuple[int, str] | None] = {}
+            with self._lock:
+                changes: list[tuple[str, Any]] = [(u, ("set", c)) for u, c in upsertions]
+                changes += [(u, ("delete", m)) for u, m in deletions]
+                for user, (kind, what) in changes:
+                    try:
+                        if kind == "set":
+                            self._scram.upsert(user, ScramCredential.from_json(what))
+                        else:
+                            self._scram.delete(user, what)
+                    except RaystreamError as error:
+                        outcome[user] = (error.code, str(error))
+                        continue
+                    self._persist_record(*self._scram.record(user))
+                    outcome.setdefault(user, None)
+                self._scram_version += 1
+            return Result(value=outcome)
+        except Exception as error:
+            return failure(error)
+
+    def describe_scram_credentials(self, users: list[str] | None = None) -> dict[str, Any]:
+        """``{user: [(mechanism, iterations)]}`` (None: every user with credentials)."""
+        with self._lock:
+            return self._scram.describe(users)
+
+    def scram_credentials(self, known_version: int = -1) -> tuple[int, dict[str, Any] | None]:
+        """``(version, every credential as JSON)`` for a listener's cache; the
+        credentials are None when ``known_version`` is already the current one (a
+        listener polls this cheaply). Salted keys only; callers are inside Ray."""
+        with self._lock:
+            if known_version == self._scram_version:
+                return self._scram_version, None
+            return self._scram_version, self._scram.to_json()
 
     def kafka_broker_ids(self) -> dict[str, int]:
         """The Kafka broker id of every Ray node that ever ran a listener."""

@@ -17,6 +17,12 @@ log, loaded before it binds and refreshed by polling the controller's ACL versio
 actor) would otherwise track every listener's handle across restarts on both sides, and
 a poll that finds nothing new is one small call; a change is in force on every listener
 within that interval plus a call.
+
+Security: ``SSL`` and ``SASL_SSL`` listeners serve TLS (:mod:`raystream.security.tls`,
+reloaded when the certificate files change, or on :meth:`KafkaListener.reload_tls`);
+``SASL_*`` listeners authenticate (:mod:`raystream.security.sasl`) against the SCRAM
+credentials the controller keeps, cached here and refreshed at each SASL handshake
+when older than :data:`CREDENTIALS_TTL_S` (one cheap call answering "unchanged").
 """
 
 from __future__ import annotations
@@ -37,14 +43,26 @@ from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
 from raystream.kafka.call import Endpoint
-from raystream.kafka.listeners import advertised_host, bind_host, parse_listeners
+from raystream.kafka.listeners import (
+    SASL_PROTOCOLS,
+    TLS_PROTOCOLS,
+    ListenerSpec,
+    advertised_host,
+    bind_host,
+    parse_listeners,
+)
 from raystream.kafka.server import KafkaServer
 from raystream.log.producer_state import NO_SEQUENCE
 from raystream.protocol import TopicMetadata
 from raystream.records import batch_from_table
 from raystream.requests import TRANSACTIONAL_OFFSETS_WRITER, ProduceRequest, Request
 from raystream.security.acls import Authorizer, audit, parse_super_users
+from raystream.security.oauth import load_validator
+from raystream.security.principal import certificate_principal, parse_mapping_rules, subject_dn
 from raystream.security.quotas import QuotaManager
+from raystream.security.sasl import OAUTHBEARER, SaslSession, parse_mechanisms
+from raystream.security.scram import CredentialStore
+from raystream.security.tls import TlsConfig, TlsSettings
 from raystream.transport import CALL_ERRORS, send
 
 logger = logging.getLogger(__name__)
@@ -60,6 +78,8 @@ ACL_POLL_INTERVAL_S = 0.5
 QUOTAS_REFRESH_S = 0.5
 """How often a listener asks the controller whether client quotas changed (a small
 call answered with nothing when they did not): a change applies within a second."""
+CREDENTIALS_TTL_S = 1.0
+"""How old the cached SCRAM credentials may be when a SASL handshake starts."""
 
 
 def listener_actor_name(node: str) -> str:
@@ -74,21 +94,37 @@ class KafkaListener:
         namespace: the cluster's namespace (the controller is found there by name).
         listeners: the broker config's ``listeners``.
         advertised_listeners: the broker config's ``advertised_listeners`` (may be empty).
+        broker: the broker config's options (the security settings are read from it).
     """
 
-    def __init__(self, namespace: str, listeners: str, advertised_listeners: str) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        listeners: str,
+        advertised_listeners: str,
+        broker: dict[str, Any] | None = None,
+    ) -> None:
         self.namespace = namespace
         self.cluster_id = f"raystream-{namespace}"
         self.broker_id = -1
         self.node = ray.get_runtime_context().get_node_id()
         self._address = ray.util.get_node_ip_address()
-        self._specs = parse_listeners(listeners)
-        self._advertised = {s.protocol: s for s in parse_listeners(advertised_listeners)}
+        self._config = BrokerConfig.from_kafka(broker or {})
+        protocol_map = self._config.listener_security_protocol_map
+        self._specs = parse_listeners(listeners, "listeners", protocol_map)
+        self._advertised = {
+            s.protocol: s
+            for s in parse_listeners(advertised_listeners, "advertised_listeners", protocol_map)
+        }
+        self._tls: list[TlsConfig] = []
+        self._credentials = CredentialStore()
+        self._credentials_version = -1
+        self._credentials_at = 0.0
         self._partitions = PartitionClient(namespace)
         self._servers: list[KafkaServer] = []
         self._coordinators: dict[str, Any] = {}
         self._topic_ids: dict[str, str] = {}
-        self._brokers: tuple[float, list[Endpoint], dict[str, int]] | None = None
+        self._brokers: tuple[float, list[dict[str, Any]], dict[str, int]] | None = None
         self.authorizer: Authorizer | None = None
         self._acl_version: tuple[str, int] | None = None
         self.quotas = QuotaManager()
@@ -118,14 +154,83 @@ class KafkaListener:
     async def _start(self) -> None:
         await self._start_authorizer()
         for spec in self._specs:
-            server = KafkaServer(
-                self, bind_host(spec, self._address), spec.port, quotas=self.quotas
-            )
+            server = self._server_for(spec)
             await server.start()
             self._servers.append(server)
         await self._register()
         self._registering = asyncio.ensure_future(self._keep_registered())
         self._quotas_refresh = asyncio.ensure_future(self._keep_quotas())
+
+    def _server_for(self, spec: ListenerSpec) -> KafkaServer:
+        """The server of one listener, with its TLS and SASL as its protocol says."""
+        config = self._config
+        tls = sasl = cert_principal = None
+        if spec.security_protocol in TLS_PROTOCOLS:
+            live = TlsConfig(
+                TlsSettings(
+                    config.ssl_keystore_location,
+                    config.ssl_key_location,
+                    config.ssl_key_password,
+                    config.ssl_truststore_location,
+                    config.ssl_client_auth,
+                )
+            )
+            self._tls.append(live)
+            tls = live.context
+            rules = parse_mapping_rules(config.ssl_principal_mapping_rules)
+
+            def cert_principal(der: bytes) -> str:
+                return certificate_principal(subject_dn(der), rules)
+
+        if spec.security_protocol in SASL_PROTOCOLS:
+            mechanisms = parse_mechanisms(config.sasl_enabled_mechanisms)
+            validator = None
+            if OAUTHBEARER in mechanisms:
+                validator = load_validator(
+                    config.sasl_oauthbearer_validator_class,
+                    jwks=config.sasl_oauthbearer_jwks_endpoint_url,
+                    audience=config.sasl_oauthbearer_expected_audience,
+                    issuer=config.sasl_oauthbearer_expected_issuer,
+                    sub_claim=config.sasl_oauthbearer_sub_claim_name,
+                )
+
+            def sasl() -> SaslSession:
+                return SaslSession(
+                    mechanisms,
+                    self._credentials.lookup,
+                    validator,
+                    config.connections_max_reauth_ms,
+                )
+
+        backend = _ListenerBackend(self, spec.protocol)
+        return KafkaServer(
+            backend,
+            bind_host(spec, self._address),
+            spec.port,
+            tls,
+            sasl,
+            cert_principal,
+            quotas=self.quotas,
+        )
+
+    def reload_tls(self) -> int:
+        """Rebuild the TLS contexts from their files now (the admin call of KIP-226's
+        dynamic update; a changed file is also picked up by itself at the next
+        handshake); how many were rebuilt."""
+        return sum(live.reload() for live in self._tls)
+
+    async def refresh_credentials(self) -> None:
+        """Fetch the SCRAM credentials from the controller if the cache is older than
+        :data:`CREDENTIALS_TTL_S` (the controller answers None when unchanged)."""
+        now = time.monotonic()
+        if now - self._credentials_at < CREDENTIALS_TTL_S:
+            return
+        version, found = await self._partitions.controller_call(
+            "scram_credentials", self._credentials_version
+        )
+        if found is not None:
+            self._credentials = CredentialStore.from_json(found)
+        self._credentials_version, self._credentials_at = version, now
 
     def _endpoints(self) -> list[dict[str, Any]]:
         endpoints = []
@@ -311,22 +416,23 @@ class KafkaListener:
             return None
         return meta
 
-    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
-        """The live listeners (as brokers, for this listener's protocol) and the broker
-        id of every node, reused for :data:`BROKERS_TTL_S`."""
+    async def brokers(self, name: str = "") -> tuple[list[Endpoint], dict[str, int]]:
+        """The live listeners named ``name`` (as brokers: a client is told the
+        endpoints of the listener it came in on; empty: the first configured) and the
+        broker id of every node, the registry reused for :data:`BROKERS_TTL_S`."""
         now = time.monotonic()
         if self._brokers is None or now - self._brokers[0] > BROKERS_TTL_S:
             listeners = await self._partitions.controller_call("kafka_listeners")
             node_ids = await self._partitions.controller_call("kafka_broker_ids")
-            protocol = self._specs[0].protocol if self._specs else "PLAINTEXT"
-            endpoints = [
-                Endpoint(entry["broker_id"], e["host"], e["port"])
-                for entry in listeners
-                for e in entry["endpoints"]
-                if e["protocol"] == protocol
-            ]
-            self._brokers = (now, endpoints, node_ids)
-        return self._brokers[1], self._brokers[2]
+            self._brokers = (now, listeners, node_ids)
+        name = name or (self._specs[0].protocol if self._specs else "PLAINTEXT")
+        endpoints = [
+            Endpoint(entry["broker_id"], e["host"], e["port"])
+            for entry in self._brokers[1]
+            for e in entry["endpoints"]
+            if e["protocol"] == name
+        ]
+        return endpoints, self._brokers[2]
 
     async def ping(self) -> bool:
         """Liveness check."""
@@ -337,6 +443,22 @@ class KafkaListener:
         for server in self._servers:
             with contextlib.suppress(Exception):
                 await server.close()
+
+
+class _ListenerBackend:
+    """The listener as the Backend of one of its servers: Metadata names the brokers
+    by the endpoints of the listener the client came in on (a SASL_SSL client must be
+    sent to SASL_SSL ports); everything else is the listener's."""
+
+    def __init__(self, listener: KafkaListener, name: str) -> None:
+        self._listener = listener
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._listener, attribute)
+
+    async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
+        return await self._listener.brokers(self._name)
 
 
 KafkaListenerActor = ray.remote(KafkaListener)

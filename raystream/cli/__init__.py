@@ -20,6 +20,7 @@ from raystream.cli import acls as cli_acls
 from raystream.cli import manage, records
 from raystream.cli import quotas as cli_quotas
 from raystream.cli import streams as cli_streams
+from raystream.cli import users as cli_users
 from raystream.errors import BrokerNotAvailableError, InvalidConfigError, RaystreamError
 
 EXIT_ERROR = 1
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_acls.add_parser(commands, _output_option)
     cli_quotas.add_parser(commands)
+    cli_users.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -396,6 +398,7 @@ _COMMANDS = {
     "leader-election": manage.leader_election,
     "reassign-partitions": manage.reassign_partitions,
     "acls": cli_acls.acls,
+    "users": cli_users.users,
 }
 
 

@@ -312,6 +312,45 @@ class Admin:
     def close(self) -> None:
         """Nothing to release; kept for kafka-python compatibility."""
 
+    def alter_user_scram_credentials(
+        self,
+        user: str,
+        mechanism: str = "SCRAM-SHA-512",
+        password: str | None = None,
+        iterations: int = 8192,
+    ) -> None:
+        """Set ``user``'s SCRAM credential for ``mechanism`` (SCRAM-SHA-256 or
+        SCRAM-SHA-512), or delete it when ``password`` is None. The password is
+        salted here and only the salted keys travel and are stored (in the
+        controller's metadata log); it is never logged. SASL/PLAIN logins check
+        against these credentials too.
+
+        Raises:
+            UnacceptableCredentialError: unknown mechanism, empty user or password,
+                iterations outside [4096, 16384].
+            ResourceNotFoundError: deleting a credential the user does not have.
+        """
+        from raystream.errors import error_for_code
+        from raystream.security.scram import make_credential
+
+        if password is None:
+            upsertions, deletions = [], [(user, mechanism)]
+            make_credential(mechanism, "-", iterations)  # checks the mechanism
+        else:
+            upsertions = [(user, make_credential(mechanism, password, iterations).to_json())]
+            deletions = []
+        outcome = self.cluster.call("alter_scram_credentials", upsertions, deletions)
+        failed = outcome.get(user)
+        if failed is not None:
+            raise error_for_code(*failed)
+
+    def describe_user_scram_credentials(
+        self, users: list[str] | None = None
+    ) -> dict[str, list[tuple[str, int]]]:
+        """``{user: [(mechanism, iterations), ...]}`` of the named users (None: every
+        user with credentials); never the keys."""
+        return self.cluster.call("describe_scram_credentials", users)
+
     def delete_records(
         self, offsets: dict[TopicPartition, int], timeout_ms: int = 30_000
     ) -> dict[TopicPartition, int]:

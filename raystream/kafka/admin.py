@@ -292,22 +292,26 @@ def config_entries(
 
 
 def broker_entries(broker: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The broker config as DescribeConfigs entries: read-only, fixed at start-up."""
-    return [
-        {
-            "name": name,
-            "value": config_value(value),
-            "read_only": True,
-            "config_source": STATIC_BROKER_CONFIG,
-            "is_sensitive": False,
-            "synonyms": [
-                {"name": name, "value": config_value(value), "source": STATIC_BROKER_CONFIG}
-            ],
-            "config_type": config_type(name, value),
-            "documentation": None,
-        }
-        for name, value in sorted(broker.items())
-    ]
+    """The broker config as DescribeConfigs entries: read-only, fixed at start-up; a
+    password (``ssl.key.password``) is marked sensitive and its value withheld, as
+    Kafka does."""
+    entries = []
+    for name, value in sorted(broker.items()):
+        sensitive = "password" in name
+        shown = None if sensitive else config_value(value)
+        entries.append(
+            {
+                "name": name,
+                "value": shown,
+                "read_only": True,
+                "config_source": STATIC_BROKER_CONFIG,
+                "is_sensitive": sensitive,
+                "synonyms": [{"name": name, "value": shown, "source": STATIC_BROKER_CONFIG}],
+                "config_type": config_type(name, value),
+                "documentation": None,
+            }
+        )
+    return entries
 
 
 async def describe_configs(call: Call, request: Any) -> Mapping[str, Any]:

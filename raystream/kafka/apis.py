@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raystream.errors import RaystreamError
-from raystream.kafka import acl_apis, admin, data, groups, quotas, txn
+from raystream.kafka import acl_apis, admin, auth, data, groups, quotas, txn
 from raystream.kafka.call import NO_BROKER, NONE, Call, Handler
 from raystream.protocol import TopicMetadata
 
@@ -142,6 +142,7 @@ APIS: dict[int, Api] = {
         Api(14, "SyncGroup", 0, 5, groups.sync_group),
         Api(15, "DescribeGroups", 0, 6, groups.describe_groups),
         Api(16, "ListGroups", 0, 5, groups.list_groups),
+        Api(17, "SaslHandshake", 1, 1, auth.sasl_handshake),
         Api(18, "ApiVersions", 0, 4, api_versions),
         Api(19, "CreateTopics", 2, 7, admin.create_topics),
         Api(20, "DeleteTopics", 1, 6, admin.delete_topics),
@@ -157,11 +158,14 @@ APIS: dict[int, Api] = {
         Api(31, "DeleteAcls", 1, 3, acl_apis.delete_acls),
         Api(32, "DescribeConfigs", 1, 4, admin.describe_configs),
         Api(33, "AlterConfigs", 0, 2, admin.alter_configs),
+        Api(36, "SaslAuthenticate", 0, 2, auth.sasl_authenticate),
         Api(37, "CreatePartitions", 0, 3, admin.create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.delete_groups),
         Api(44, "IncrementalAlterConfigs", 0, 1, admin.incremental_alter_configs),
         Api(48, "DescribeClientQuotas", 0, 1, quotas.describe_client_quotas),
         Api(49, "AlterClientQuotas", 0, 1, quotas.alter_client_quotas),
+        Api(50, "DescribeUserScramCredentials", 0, 0, auth.describe_user_scram_credentials),
+        Api(51, "AlterUserScramCredentials", 0, 0, auth.alter_user_scram_credentials),
         Api(60, "DescribeCluster", 0, 2, admin.describe_cluster),
     )
 }

@@ -95,6 +95,9 @@ class Backend(Protocol):
     async def brokers(self) -> tuple[list[Endpoint], dict[str, int]]:
         """(the live listeners as brokers, the broker id of every Ray node)."""
 
+    async def refresh_credentials(self) -> None:
+        """Bring the cached SCRAM credentials up to date if they may be stale."""
+
 
 @dataclass(frozen=True, slots=True)
 class Call:
@@ -113,6 +116,9 @@ class Call:
     backend: Backend
     after: asyncio.Future | None = None
     dispatched: asyncio.Future | None = None
+    session: Any = None
+    """The connection's :class:`~raystream.security.sasl.SaslSession` on a SASL
+    listener (None elsewhere)."""
 
     async def turn(self) -> None:
         """Wait until the connection's earlier ordered request has sent its requests."""

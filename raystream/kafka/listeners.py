@@ -1,8 +1,9 @@
 """Kafka's ``listeners`` and ``advertised.listeners`` settings, parsed and checked.
 
-A listener is ``PROTOCOL://host:port``; several are separated by commas. Kafka names
-the listener by its protocol unless ``listener.security.protocol.map`` says otherwise;
-raystream has one listener per protocol. The host may be an address, empty or
+A listener is ``NAME://host:port``; several are separated by commas. The name is the
+security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) unless
+``listener.security.protocol.map`` (``NAME:PROTOCOL,...``) maps it to one, as Kafka;
+names are unique. The host may be an address, empty or
 ``0.0.0.0`` (every interface), or ``node``: the Ray node's own address, which is what
 ``cluster.yaml`` uses so that each node's listener is reachable by clients elsewhere.
 Port 0 takes a free port (the bound one is advertised), which lets several Ray nodes
@@ -22,8 +23,10 @@ from dataclasses import dataclass
 
 from raystream.errors import InvalidConfigError
 
-PROTOCOLS = ("PLAINTEXT",)
-"""Security protocols a listener can speak (TLS and SASL come with the security work)."""
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+"""Security protocols a listener can speak."""
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 NODE_HOST = "node"
 ANY_HOSTS = ("", "0.0.0.0")
 
@@ -34,23 +37,63 @@ _LISTENER = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class ListenerSpec:
-    """One configured listener: protocol, host as written, and port (0: any free)."""
+    """One configured listener: name, host as written, port (0: any free) and the
+    security protocol it speaks (its name unless the protocol map says otherwise)."""
 
-    protocol: str
+    name: str
     host: str
     port: int
+    security: str = ""
+
+    @property
+    def protocol(self) -> str:
+        """The listener's name (what Metadata and ``advertised.listeners`` match on)."""
+        return self.name
+
+    @property
+    def security_protocol(self) -> str:
+        """PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+        return self.security or self.name
 
     def __str__(self) -> str:
-        return f"{self.protocol}://{self.host}:{self.port}"
+        return f"{self.name}://{self.host}:{self.port}"
 
 
-def parse_listeners(text: str, setting: str = "listeners") -> list[ListenerSpec]:
+def parse_protocol_map(
+    text: str, setting: str = "listener.security.protocol.map"
+) -> dict[str, str]:
+    """``NAME:PROTOCOL,...`` as a dict (empty text: none).
+
+    Raises:
+        InvalidConfigError: an entry is not NAME:PROTOCOL or names an unknown protocol.
+    """
+    mapping: dict[str, str] = {}
+    for entry in (e.strip() for e in (text or "").split(",")):
+        if not entry:
+            continue
+        name, sep, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or not name.strip():
+            raise InvalidConfigError(f"{setting} entry {entry!r} is not NAME:PROTOCOL")
+        if protocol not in PROTOCOLS:
+            raise InvalidConfigError(
+                f"{setting} entry {entry!r}: protocol {protocol} is not one of "
+                f"{', '.join(PROTOCOLS)}"
+            )
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+def parse_listeners(
+    text: str, setting: str = "listeners", protocol_map: str = ""
+) -> list[ListenerSpec]:
     """The listeners of a ``listeners``-style setting (empty text: none).
 
     Raises:
         InvalidConfigError: an entry does not parse, names an unsupported protocol, has a
-            port above 65535, or two entries share a protocol (the message names it).
+            port above 65535, or two entries share a name (the message names it).
     """
+    mapping = parse_protocol_map(protocol_map)
     if not isinstance(text, str):
         raise InvalidConfigError(f"{setting}={text!r} must be a string such as PLAINTEXT://:9092")
     specs: list[ListenerSpec] = []
@@ -63,17 +106,23 @@ def parse_listeners(text: str, setting: str = "listeners") -> list[ListenerSpec]
                 f"{setting} entry {entry!r} is not PROTOCOL://host:port (e.g. PLAINTEXT://:9092)"
             )
         protocol = match["protocol"].upper()
-        if protocol not in PROTOCOLS:
+        security = mapping.get(protocol, protocol)
+        if security not in PROTOCOLS:
             raise InvalidConfigError(
                 f"{setting} entry {entry!r}: protocol {protocol} is not supported "
-                f"(supported: {', '.join(PROTOCOLS)})"
+                f"(supported: {', '.join(PROTOCOLS)}, "
+                "or a name that listener.security.protocol.map maps)"
             )
         port = int(match["port"])
         if port > 65535:
             raise InvalidConfigError(f"{setting} entry {entry!r}: port {port} is above 65535")
         if any(s.protocol == protocol for s in specs):
             raise InvalidConfigError(f"{setting} names protocol {protocol} twice")
-        specs.append(ListenerSpec(protocol, match["host"].strip("[]"), port))
+        specs.append(
+            ListenerSpec(
+                protocol, match["host"].strip("[]"), port, "" if security == protocol else security
+            )
+        )
     return specs
 
 

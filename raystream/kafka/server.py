@@ -31,17 +31,30 @@ waits for the requests before it and holds back those after it. A request goes:
    would all slip past a throttle still being computed). Nothing is dropped: a
    throttled produce was appended like any other.
 
+Security (issue 20): a TLS listener binds with the :class:`ssl.SSLContext` it is
+given; a client certificate, when one was presented and verified, names the
+connection's principal (``cert_principal``). A SASL listener gives each connection a
+:class:`~raystream.security.sasl.SaslSession`: until it has authenticated only
+ApiVersions, SaslHandshake and SaslAuthenticate are served, anything else closes the
+connection, as does a failed exchange (after its answer) and, KIP-368, a request
+other than those three once the session's lifetime is over. Each connection's
+:class:`RequestContext` carries its principal, replaced once it authenticates, so
+authorization and quotas downstream see who asks.
+
 Pure asyncio: the listener actor owns the event loop and the Backend.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
+import ssl
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 from raystream.dispatch import RequestContext
@@ -72,6 +85,11 @@ ORDERED = frozenset((PRODUCE,))
 """APIs whose sends keep the connection's order (see :meth:`Call.turn`)."""
 MAX_IN_FLIGHT = 64
 """Requests of one connection read ahead of their answers, at most."""
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+BEFORE_AUTHENTICATION = frozenset((API_VERSIONS_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE))
+"""What a SASL listener serves before the connection has authenticated (Kafka's)."""
+RECENT_PRINCIPALS = 64
+"""Principals of the latest authenticated connections kept for :meth:`KafkaServer.stats`."""
 LISTENER = "kafka"
 """The ``listener`` of the RequestContext of every request that came this way."""
 UNKNOWN_SERVER_ERROR = -1
@@ -85,27 +103,42 @@ class KafkaServer:
     Args:
         backend: what handlers act through.
         host, port: where to listen (port 0: any free port; see :attr:`port`).
+        tls: the TLS context to serve with (None: plaintext).
+        sasl: makes each connection's SASL session (None: no SASL).
+        cert_principal: the principal of a verified client certificate (DER).
         quotas: the client quotas to enforce (the listener keeps them current).
     """
 
     def __init__(
-        self, backend: Backend, host: str, port: int, quotas: QuotaManager | None = None
+        self,
+        backend: Backend,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        sasl: Callable[[], Any] | None = None,
+        cert_principal: Callable[[bytes], str] | None = None,
+        quotas: QuotaManager | None = None,
     ) -> None:
         self.backend = backend
         self.quotas = quotas if quotas is not None else QuotaManager()
         self.host = host
         self.requested_port = port
         self.port = port
+        self.tls = tls
+        self.sasl = sasl
+        self.cert_principal = cert_principal
         self.connections = 0
         self.requests = 0
         self.closed_bad = 0
+        self.auth_failures = 0
+        self.principals: collections.deque[str] = collections.deque(maxlen=RECENT_PRINCIPALS)
         self._server: asyncio.Server | None = None
         self._muted: dict[Any, float] = {}  # peer -> monotonic time its mute ends
 
     async def start(self) -> None:
         """Bind and start accepting; :attr:`port` is the bound port afterwards."""
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.requested_port, reuse_address=True
+            self._serve, self.host, self.requested_port, reuse_address=True, ssl=self.tls
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -117,18 +150,36 @@ class KafkaServer:
                 await self._server.wait_closed()
             self._server = None
 
-    def stats(self) -> dict[str, int]:
-        """Connections accepted, requests answered, connections closed for bad bytes."""
+    def stats(self) -> dict[str, Any]:
+        """Connections accepted, requests answered, connections closed for bad bytes,
+        failed authentications, and the principals of the latest authenticated
+        connections (oldest first)."""
         return {
             "connections": self.connections,
             "requests": self.requests,
             "closed_bad": self.closed_bad,
+            "auth_failures": self.auth_failures,
+            "principals": list(self.principals),
         }
+
+    def _connection_context(self, writer: asyncio.StreamWriter, peer: Any) -> RequestContext:
+        """The context a new connection starts with: its principal from its client
+        certificate on a TLS listener with client authentication, else anonymous."""
+        context = RequestContext(listener=LISTENER, host=_host(peer))
+        ssl_object = writer.get_extra_info("ssl_object")
+        if ssl_object is not None and self.cert_principal is not None:
+            der = ssl_object.getpeercert(binary_form=True)
+            if der:
+                context = dataclasses.replace(context, principal=self.cert_principal(der))
+                if self.sasl is None:
+                    self.principals.append(context.principal)
+        return context
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         peer = writer.get_extra_info("peername")
-        context = RequestContext(listener=LISTENER, host=_host(peer))
+        context = self._connection_context(writer, peer)
+        session = self.sasl() if self.sasl is not None else None
         answers: asyncio.Queue = asyncio.Queue(MAX_IN_FLIGHT)
         replies = asyncio.ensure_future(self._reply(answers, writer))
         ordered: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -139,23 +190,34 @@ class KafkaServer:
                 frame = await self._frame(reader, peer)
                 if frame is None:
                     break
+                api_key = frame_api_key(frame)
+                if session is not None and not self._allowed(session, api_key, peer):
+                    break
                 in_flight = [t for t in in_flight if not t.done()]
                 if peer in self._muted:  # throttled once: one request at a time, as Kafka
                     if in_flight:
                         await asyncio.wait(in_flight)
                     await self._unmuted(peer)
-                api_key = frame_api_key(frame)
                 if api_key not in PIPELINED and in_flight:  # a barrier: alone, in turn
                     await asyncio.wait(in_flight)
                 dispatched = asyncio.get_running_loop().create_future()
                 after = ordered if api_key in ORDERED else None
-                task = asyncio.ensure_future(self._answer(frame, context, peer, after, dispatched))
+                task = asyncio.ensure_future(
+                    self._answer(frame, context, peer, after, dispatched, session)
+                )
                 if api_key in ORDERED:
                     ordered = dispatched
                 in_flight.append(task)
                 if api_key not in PIPELINED:
                     await asyncio.wait([task])
                 await answers.put(task)
+                if session is not None and api_key == SASL_AUTHENTICATE:
+                    if session.failed:  # answered with the error, then closed
+                        self.auth_failures += 1
+                        break
+                    if session.authenticated and context.principal != session.principal:
+                        context = dataclasses.replace(context, principal=session.principal)
+                        self.principals.append(session.principal)
         except ConnectionError:
             pass
         finally:
@@ -168,6 +230,18 @@ class KafkaServer:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _allowed(self, session: Any, api_key: int, peer: Any) -> bool:
+        """Whether a SASL connection may send ``api_key`` now (see the module doc)."""
+        if api_key in BEFORE_AUTHENTICATION:
+            return True
+        if not session.authenticated:
+            self._bad(peer, f"API key {api_key} before SASL authentication")
+            return False
+        if session.expired():
+            logger.info("Kafka listener: %s's SASL session expired; closing", peer)
+            return False
+        return True
 
     async def _frame(self, reader: asyncio.StreamReader, peer: Any) -> bytes | None:
         """The next request frame; None at the connection's end or a bad size."""
@@ -200,11 +274,12 @@ class KafkaServer:
         peer: Any,
         after: asyncio.Future | None,
         dispatched: asyncio.Future,
+        session: Any = None,
     ) -> bytes | bool | None:
         """The response frame for one request frame; None: no answer (acks=0); False:
         close the connection."""
         try:
-            return await self._handle(frame, context, peer, after, dispatched)
+            return await self._handle(frame, context, peer, after, dispatched, session)
         finally:
             if not dispatched.done():
                 dispatched.set_result(None)
@@ -216,6 +291,7 @@ class KafkaServer:
         peer: Any,
         after: asyncio.Future | None,
         dispatched: asyncio.Future,
+        session: Any,
     ) -> bytes | bool | None:
         api_key, version, correlation_id = peek_header(frame)
         api = apis.APIS.get(api_key)
@@ -226,7 +302,7 @@ class KafkaServer:
         except InvalidRequestError as error:
             self._bad(peer, str(error))
             return False
-        call = Call(header, context, self.backend, after, dispatched)
+        call = Call(header, context, self.backend, after, dispatched, session)
         if api_key not in ORDERED:
             call.release()
         started = time.monotonic()

@@ -30,7 +30,7 @@ def test_listeners_parse_as_kafka_writes_them() -> None:
         ("127.0.0.1:9092", "is not PROTOCOL://host:port"),
         ("PLAINTEXT://host", "is not PROTOCOL://host:port"),
         ("PLAINTEXT://host:port", "is not PROTOCOL://host:port"),
-        ("SSL://:9093", "protocol SSL is not supported"),
+        ("TLS://:9093", "protocol TLS is not supported"),
         ("PLAINTEXT://:70000", "port 70000 is above 65535"),
         ("PLAINTEXT://:9092,PLAINTEXT://:9093", "names protocol PLAINTEXT twice"),
     ],
