@@ -8,12 +8,15 @@ results and error codes (raystream's error codes are Kafka's). Nothing here keep
 state or re-implements the broker: deduplication and fencing of idempotent producers,
 long polling, read_committed and the offsets' rules are the replicas'.
 
-Produce. One Kafka RecordBatch is one raystream :class:`~raystream.requests.
-ProduceRequest`, with the batch's producer id, epoch, base sequence and transactional
-flag forwarded, so an idempotent or transactional Kafka producer gets the replica's
-per-batch sequence checks exactly as raystream's own producer does. ``acks=0`` gets no
-answer (the append is still awaited, so that requests of a connection land in order).
-Record batches are translated both ways by :mod:`raystream.kafka.records`.
+Produce. An idempotent or transactional Kafka RecordBatch is one raystream
+:class:`~raystream.requests.ProduceRequest`, with the batch's producer id, epoch, base
+sequence and transactional flag forwarded, so such a Kafka producer gets the replica's
+per-batch sequence checks exactly as raystream's own producer does. Batches without a
+producer id waiting for the same partition are coalesced into one request (see
+:class:`_ProduceQueue`: the only state here, batches on their way, one queue per
+partition). ``acks=0`` gets no answer (the append is still awaited, so that requests
+of a connection land in order). Record batches are translated both ways by
+:mod:`raystream.kafka.records`.
 
 Fetch. Each partition is one :class:`~raystream.requests.FetchRequest`. The replica
 long-polls itself (it waits on its high watermark for ``min_bytes`` up to
