@@ -8,12 +8,15 @@ results and error codes (raystream's error codes are Kafka's). Nothing here keep
 state or re-implements the broker: deduplication and fencing of idempotent producers,
 long polling, read_committed and the offsets' rules are the replicas'.
 
-Produce. One Kafka RecordBatch is one raystream :class:`~raystream.requests.
-ProduceRequest`, with the batch's producer id, epoch, base sequence and transactional
-flag forwarded, so an idempotent or transactional Kafka producer gets the replica's
-per-batch sequence checks exactly as raystream's own producer does. ``acks=0`` gets no
-answer (the append is still awaited, so that requests of a connection land in order).
-Record batches are translated both ways by :mod:`raystream.kafka.records`.
+Produce. An idempotent or transactional Kafka RecordBatch is one raystream
+:class:`~raystream.requests.ProduceRequest`, with the batch's producer id, epoch, base
+sequence and transactional flag forwarded, so such a Kafka producer gets the replica's
+per-batch sequence checks exactly as raystream's own producer does. Batches without a
+producer id waiting for the same partition are coalesced into one request (see
+:class:`_ProduceQueue`: the only state here, batches on their way, one queue per
+partition). ``acks=0`` gets no answer (the append is still awaited, so that requests
+of a connection land in order). Record batches are translated both ways by
+:mod:`raystream.kafka.records`.
 
 Fetch. Each partition is one :class:`~raystream.requests.FetchRequest`. The replica
 long-polls itself (it waits on its high watermark for ``min_bytes`` up to
@@ -46,12 +49,20 @@ topic metadata (unknown: UNKNOWN_TOPIC_ID per partition).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import weakref
 from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from raystream.errors import InvalidRecordError, InvalidRequestError, RaystreamError
 from raystream.kafka.call import NONE, Call
-from raystream.kafka.records import decode_produce, encode_fetch
+from raystream.kafka.records import (
+    decode_produce,
+    decode_produce_run,
+    encode_fetch,
+    produced_batch_key,
+)
 from raystream.log.batch import BatchEncoder
 from raystream.protocol import FetchResponse, encode_records
 from raystream.requests import (
@@ -124,12 +135,13 @@ def _error_code(answer: Any) -> int:
 async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
     """Append each partition's record batch at its leader, all partitions at once.
 
-    The batches leave for their leaders in the connection's order (:meth:`Call.turn`):
-    the connection's next produce request may be decoded and sent while this one's
-    answers are still to come, as Kafka clients pipeline them, without overtaking it.
+    Each partition's batch joins that partition's queue (:class:`_ProduceQueue`) in the
+    connection's order (:meth:`Call.turn`): the connection's next produce request may
+    be decoded and queued while this one's answers are still to come, as Kafka clients
+    pipeline them, without overtaking it.
     """
     acks = int(request.acks)
-    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    timeout_ms = max(int(request.timeout.total_seconds() * 1000), 0)
     by_id = bool(request.topic_data) and not hasattr(request.topic_data[0], "name")
     await call.turn()
     try:
@@ -138,17 +150,12 @@ async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
         for (key, name), topic in zip(named, request.topic_data, strict=True):
             for part in topic.partition_data:
                 jobs.append((key, name, part.index, part.records))
-        built: list[Any] = []
-        for _, name, index, records in jobs:
-            try:
-                built.append(await _produce_request(call, name, index, records, acks, timeout_ms))
-            except RaystreamError as error:
-                built.append(error)
-        requests = [r for r in built if isinstance(r, ProduceRequest)]
-        sent = iter(await call.backend.send_in_order(requests))
+        pending = [
+            await _queue(call, name, index, records, acks, timeout_ms)
+            for _, name, index, records in jobs
+        ]
     finally:
         call.release()
-    pending = [next(sent) if isinstance(r, ProduceRequest) else _done(r) for r in built]
     answers = await _gather(pending)
     if acks == 0:
         return None
@@ -181,44 +188,198 @@ async def produce(call: Call, request: Any) -> Mapping[str, Any] | None:
 
 async def _done(outcome: Any) -> Any:
     """An outcome already known (an unknown topic's None, a refused batch's error), as
-    an awaitable beside the sent requests' answers."""
+    an awaitable beside the queued batches' answers."""
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
 
 
-async def _produce_request(
+async def _queue(
     call: Call, topic: str | None, partition: int, records: bytes | None, acks: int, timeout_ms: int
-) -> ProduceRequest | None:
-    """One partition's batch as one raystream ProduceRequest (None: unknown topic).
-
-    Raises:
-        InvalidRecordError, CorruptRecordError: the batch is refused.
-    """
+) -> Awaitable[Any]:
+    """One partition's batch queued for its leader; the awaitable answer (None: unknown
+    topic; a refused batch's error raised)."""
     if topic is None:
-        return None
+        return _done(None)
     if not records:
-        raise InvalidRecordError(f"produce to {topic}-{partition} carries no record batch")
-    meta = await call.backend.topic_metadata(topic)
-    batches = decode_produce(records, meta.value_schema)
-    if len(batches) != 1:  # as Kafka's broker: v3+ carries exactly one batch
-        raise InvalidRecordError(
-            f"produce to {topic}-{partition} carries {len(batches)} record batches, not exactly one"
+        return _done(InvalidRecordError(f"produce to {topic}-{partition} carries no record batch"))
+    try:
+        meta = await call.backend.topic_metadata(topic)
+    except RaystreamError as error:
+        return _done(error)
+    queues = _QUEUES.get(call.backend)
+    if queues is None:
+        queues = _QUEUES[call.backend] = {}
+    queue = queues.get((topic, partition))
+    if queue is None:
+        queue = queues[(topic, partition)] = _ProduceQueue(call.backend, topic, partition)
+    future = asyncio.get_running_loop().create_future()
+    queue.put(_Waiting(records, acks, timeout_ms, meta.value_schema, future))
+    return future
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A Kafka batch waiting in a partition's queue, and where its answer goes."""
+
+    records: Any
+    acks: int
+    timeout_ms: int
+    value_schema: Any
+    future: asyncio.Future
+    key: tuple[int, int] | None = None
+    """What batches are coalesced by: (acks, codec); None: sent on its own."""
+    count: int = 0
+    """Records in the batch (by its header)."""
+
+
+@dataclass(eq=False)
+class _ProduceQueue:
+    """One partition's produce batches in one listener, forwarded to the leader in the
+    order they were queued, several at a time as ONE batch.
+
+    A produce request of a record or two costs the listener its decode and the call to
+    the leader (a pickle, a socket write, the replica's dispatch and append), paid per
+    request; librdkafka at a steady rate sends a request per record or per millisecond,
+    pipelined, and the listener fell behind them. So a partition has at most one call
+    to its leader outstanding: a batch that comes while one is out waits, and when the
+    answer is in, everything waiting goes at once, consecutive batches without a
+    producer id (same acks and codec) decoded together and appended as one raystream
+    batch (:func:`~raystream.kafka.records.decode_produce_run`). The first batch after
+    a quiet spell leaves at once; under load the batches grow with the wait, so the
+    cost per record falls as the rate rises (Nagle's rule, for appends).
+
+    Each request is answered on its own: the run's base offset plus the records
+    queued before it in the run (a run is appended contiguously). Idempotent and
+    transactional batches are never merged (each keeps its producer id, epoch and
+    sequence, so the leader's dedup and fencing see exactly what the client sent);
+    they leave in queue order in the same flush, pipelined, as before. A run whose
+    merged decode fails is decoded batch by batch, so only the bad request is refused.
+    """
+
+    backend: Any
+    topic: str
+    partition: int
+    waiting: list[_Waiting] = field(default_factory=list)
+    flusher: asyncio.Future | None = None
+
+    def put(self, item: _Waiting) -> None:
+        """Queue ``item``; start forwarding if nothing is out."""
+        self.waiting.append(item)
+        if self.flusher is None:
+            self.flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self.waiting:
+                items, self.waiting = self.waiting, []
+                try:
+                    await self._forward(items)
+                except Exception as error:  # answered as the handler's failure
+                    for item in items:
+                        _settle(item.future, error)
+        finally:
+            self.flusher = None
+
+    async def _forward(self, items: list[_Waiting]) -> None:
+        """Send ``items`` (as few requests as they coalesce into) and settle their
+        futures with their answers."""
+        groups: list[list[_Waiting]] = []
+        for item in items:
+            key = produced_batch_key(item.records)
+            if key is not None:
+                producer_id, codec, item.count = key
+                item.key = None if producer_id >= 0 else (item.acks, codec)
+            if groups and item.key is not None and groups[-1][-1].key == item.key:
+                groups[-1].append(item)
+            else:
+                groups.append([item])
+        requests: list[ProduceRequest] = []
+        owners: list[list[_Waiting]] = []
+        for group in groups:
+            built = self._merged(group) if len(group) > 1 else None
+            if built is not None:
+                requests.append(built)
+                owners.append(group)
+                continue
+            for item in group:
+                try:
+                    requests.append(self._single(item))
+                    owners.append([item])
+                except RaystreamError as error:
+                    _settle(item.future, error)
+        sent = await self.backend.send_in_order(requests)
+        answers = await _gather(sent)
+        for group, answer in zip(owners, answers, strict=True):
+            _split(group, answer)
+
+    def _request(self, item: _Waiting, records: Any, produced: Any, timeout_ms: int) -> Any:
+        identified = produced.producer_id >= 0
+        return ProduceRequest(
+            self.topic,
+            self.partition,
+            encode_records(_ENCODER, records),
+            acks=item.acks,
+            timeout_ms=timeout_ms,
+            compression_type=produced.compression_type,
+            producer_id=produced.producer_id if identified else -1,
+            producer_epoch=produced.producer_epoch if identified else -1,
+            base_sequence=produced.base_sequence if identified else -1,
+            transactional=produced.transactional,
         )
-    (batch,) = batches
-    identified = batch.producer_id >= 0
-    return ProduceRequest(
-        topic,
-        partition,
-        encode_records(_ENCODER, batch.records),
-        acks=acks,
-        timeout_ms=max(timeout_ms, 0),
-        compression_type=batch.compression_type,
-        producer_id=batch.producer_id if identified else -1,
-        producer_epoch=batch.producer_epoch if identified else -1,
-        base_sequence=batch.base_sequence if identified else -1,
-        transactional=batch.transactional,
-    )
+
+    def _single(self, item: _Waiting) -> ProduceRequest:
+        """One Kafka batch as one ProduceRequest.
+
+        Raises:
+            InvalidRecordError, CorruptRecordError: the batch is refused.
+        """
+        batches = decode_produce(item.records, item.value_schema)
+        if len(batches) != 1:  # as Kafka's broker: v3+ carries exactly one batch
+            raise InvalidRecordError(
+                f"produce to {self.topic}-{self.partition} carries {len(batches)} record "
+                "batches, not exactly one"
+            )
+        (batch,) = batches
+        return self._request(item, batch.records, batch, item.timeout_ms)
+
+    def _merged(self, group: list[_Waiting]) -> ProduceRequest | None:
+        """A run of batches without producer ids as one ProduceRequest; None if one of
+        them is refused (they are then decoded one by one)."""
+        try:
+            run = decode_produce_run([i.records for i in group], group[0].value_schema)
+        except RaystreamError:
+            return None
+        timeout_ms = max(i.timeout_ms for i in group)
+        return self._request(group[0], run.records, run, timeout_ms)
+
+
+_QUEUES: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _ProduceQueue]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Every backend's (listener's) produce queues, by topic and partition."""
+
+
+def _settle(future: asyncio.Future, outcome: Any) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _split(group: list[_Waiting], answer: Any) -> None:
+    """The answer of a coalesced run as each of its batches' own: its base offset plus
+    the records queued before it."""
+    if len(group) == 1 or isinstance(answer, BaseException) or answer.error_code != NONE:
+        for item in group:
+            _settle(item.future, answer)
+        return
+    base = answer.base_offset
+    for item in group:
+        _settle(item.future, dataclasses.replace(answer, base_offset=base))
+        base += item.count
 
 
 # ----------------------------------------------------------------------- Fetch

@@ -137,6 +137,12 @@ def _expected(records: list, partitions: int) -> list:
 
 def _call(bootstrap: str, api_key: int, version: int, values: dict) -> Any:
     """One request with kio's classes over a socket; the decoded response."""
+    return _calls(bootstrap, api_key, version, [values])[0]
+
+
+def _calls(bootstrap: str, api_key: int, version: int, requests: list[dict]) -> list[Any]:
+    """Requests with kio's classes, pipelined on one connection (all written before the
+    first answer is read); the decoded responses, in order."""
     import io
 
     from kio.schema.request_header.v1.header import RequestHeader as V1
@@ -144,28 +150,34 @@ def _call(bootstrap: str, api_key: int, version: int, values: dict) -> Any:
     from kio.serial import entity_reader, entity_writer
 
     schema = request_schema(api_key, version)
-    buffer = io.BytesIO()
     header_type = V2 if schema.__flexible__ else V1
-    entity_writer(header_type)(
-        buffer,
-        header_type(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=3,
-            client_id="test",
-        ),
-    )
-    entity_writer(schema)(buffer, build(schema, values))
-    frame = buffer.getvalue()
+    frames = []
+    for correlation_id, values in enumerate(requests):
+        buffer = io.BytesIO()
+        entity_writer(header_type)(
+            buffer,
+            header_type(
+                request_api_key=api_key,
+                request_api_version=version,
+                correlation_id=correlation_id,
+                client_id="test",
+            ),
+        )
+        entity_writer(schema)(buffer, build(schema, values))
+        frame = buffer.getvalue()
+        frames.append(struct.pack(">i", len(frame)) + frame)
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        answer = _read(sock, size)
     response = response_schema(api_key, version)
     skip = 5 if response.__flexible__ else 4  # correlation id (+ empty tagged fields)
-    assert struct.unpack_from(">i", answer)[0] == 3
-    return entity_reader(response)(answer, skip)[0]
+    answers = []
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"".join(frames))
+        for correlation_id in range(len(requests)):
+            size = struct.unpack(">i", _read(sock, 4))[0]
+            answer = _read(sock, size)
+            assert struct.unpack_from(">i", answer)[0] == correlation_id
+            answers.append(entity_reader(response)(answer, skip)[0])
+    return answers
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -601,3 +613,91 @@ def test_a_typed_topic_takes_and_gives_json_and_refuses_a_misfit(
     assert table.select(["name", "n"]).to_pylist() == [{"name": "a", "n": 1}]
     ((_, _, key, value, _, _),) = _confluent_consume(bootstrap, topic, 1, 1)
     assert (key, json.loads(value)) == (b"k", {"name": "a", "n": 1})
+
+
+def _kio_batch(values: list[bytes], producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
+    """A Kafka record batch of ``values`` (no keys) by kio, of ``producer`` (id, epoch,
+    base sequence; -1s: none)."""
+    import datetime
+    import io
+
+    from kio.records.schema import NewRecordBatch, Record
+    from kio.records.writers import write_new_batch
+    from kio.static.primitive import TZAwareMicros
+
+    now = TZAwareMicros.parse(datetime.datetime.fromtimestamp(BASE_TS / 1000, datetime.UTC))
+    records = tuple(
+        Record(attributes=0, timestamp=now, offset=i, key=None, value=v, headers=())
+        for i, v in enumerate(values)
+    )
+    buffer = io.BytesIO()
+    batch = NewRecordBatch(
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=producer[2],
+        records=records,
+        attributes=0,
+    )
+    write_new_batch(buffer, batch)
+    return buffer.getvalue()
+
+
+def test_pipelined_produce_requests_are_coalesced_and_answered_each_in_order(
+    bootstrap: str, kafka_topic: Callable[..., str]
+) -> None:
+    """Small produce requests pipelined on one connection (librdkafka at a steady rate):
+    the listener appends those waiting for the partition as ONE batch, yet answers each
+    with its own base offset, in order. An idempotent producer's batches among them
+    keep their own sequences (a resent one is answered with its first offset and stored
+    once); a corrupt batch is refused alone."""
+    topic = kafka_topic(partitions=1)
+    ids = _call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
+    producer = (ids.producer_id, ids.producer_epoch)
+    payloads, expected, stored = [], [], []  # expected: base offset or error code
+    sequence, next_offset, idempotent_at = 0, 0, {}
+    for i in range(60):
+        values = [b"r%d-%d" % (i, j) for j in range(1 + i % 2)]
+        if i == 30:
+            data = bytearray(_kio_batch(values))
+            data[-1] ^= 0xFF  # breaks its CRC
+            payloads.append(bytes(data))
+            expected.append("corrupt")
+            continue
+        if i == 47:  # a resend of request 37's idempotent batch
+            payloads.append(payloads[37])
+            expected.append(idempotent_at[37])
+            continue
+        if i % 10 == 7:
+            payloads.append(_kio_batch(values, (*producer, sequence)))
+            sequence += len(values)
+            idempotent_at[i] = next_offset
+        else:
+            payloads.append(_kio_batch(values))
+        expected.append(next_offset)
+        next_offset += len(values)
+        stored += values
+    answers = _calls(
+        bootstrap,
+        0,
+        9,
+        [
+            {
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": p}]}],
+            }
+            for p in payloads
+        ],
+    )
+    got = []
+    for answer in answers:
+        entry = answer.responses[0].partition_responses[0]
+        got.append("corrupt" if entry.error_code == 2 else (entry.error_code, entry.base_offset))
+    assert got == [e if e == "corrupt" else (0, e) for e in expected]
+    assert [r[3] for r in _confluent_consume(bootstrap, topic, 1, len(stored))] == stored
+    records = _fetch(bootstrap, topic, 0, max_wait_ms=0).records
+    batches, position = 0, 0
+    while position < len(records):
+        position += 12 + struct.unpack_from(">i", records, position + 8)[0]
+        batches += 1
+    assert batches < 58  # coalesced: fewer stored batches than accepted requests

@@ -26,7 +26,13 @@ from kafka.record.memory_records import MemoryRecords
 from kio.records.readers import read_batch
 
 from raystream.errors import CorruptRecordError, InvalidRecordError
-from raystream.kafka.records import ProducedBatch, decode_produce, encode_stored
+from raystream.kafka.records import (
+    ProducedBatch,
+    decode_produce,
+    decode_produce_run,
+    encode_stored,
+    produced_batch_key,
+)
 from raystream.log import Log, LogConfig
 from raystream.log.batch import BatchEncoder
 from raystream.records import BYTES_SCHEMA, build_batch, record_schema
@@ -163,6 +169,29 @@ def test_several_batches_in_one_partition_decode_in_order() -> None:
     first, second = sample(10), sample(7, first=10)
     batches = decode_produce(kafka_batch(first) + kafka_batch(second, "gzip"))
     assert [as_tuples(b) for b in batches] == [first, second]
+
+
+def test_a_run_of_batches_decodes_as_one_batch_in_order() -> None:
+    # The listener's coalescing: single-record batches (each with its own base
+    # timestamp, as librdkafka sends them) and larger ones, one decode for all.
+    parts = [sample(1, first=i) for i in range(5)] + [sample(40, first=5), sample(2, 45)]
+    payloads = [kafka_batch(p, "lz4" if len(p) == 40 else None) for p in parts]
+    run = decode_produce_run(payloads)
+    assert as_tuples(run) == [r for p in parts for r in p]
+    assert run.producer_id == -1 and not run.transactional and run.compression is None
+    assert [produced_batch_key(p) for p in payloads[4:6]] == [(-1, 0, 1), (-1, 3, 40)]
+
+
+def test_a_run_refuses_what_a_single_decode_refuses() -> None:
+    good = kafka_batch(sample(3))
+    bad = bytearray(kafka_batch(sample(2)))
+    bad[-1] ^= 0xFF  # CRC mismatch
+    with pytest.raises(CorruptRecordError, match="CRC32C"):
+        decode_produce_run([good, bytes(bad)])
+    with pytest.raises(InvalidRecordError, match="producer id"):
+        decode_produce_run([good, kafka_batch(sample(2), producer=(7, 0, 0))])
+    with pytest.raises(InvalidRecordError, match="more than one batch"):
+        decode_produce_run([good, good + good])
 
 
 def test_kio_written_batch_decodes() -> None:
