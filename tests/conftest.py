@@ -42,7 +42,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Each of them stops the session's Ray, and the next test that needs it would start
     it again (seconds each time, a Spark session's Java workers included); at the end
     of the session nothing comes after them.
+
+    Under pytest-xdist (``-n 2 --dist loadscope --no-loadscope-reorder``) each worker
+    takes whole modules in this order, so such tests must sit in modules of their own:
+    one beside shared tests would run with its module, mid-session, and stop the Ray
+    that the worker's session- and package-wide clusters (Spark's, the Kafka
+    listener's) live on.
     """
+    own = {item.nodeid.split("::")[0] for item in items if needs_own_ray(item)}
+    mixed = sorted({item.nodeid.split("::")[0] for item in items if not needs_own_ray(item)} & own)
+    if mixed:
+        raise pytest.UsageError(
+            f"tests that stop the session's Ray share a module with tests that use it: "
+            f"{mixed}; move them to a module of their own"
+        )
     items.sort(key=needs_own_ray)  # a stable sort: collection order otherwise
 
 
