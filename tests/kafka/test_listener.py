@@ -84,8 +84,8 @@ def test_api_versions_lists_the_table_and_unknown_versions_are_answered(bootstra
         # connection stays open.
         answer = _request(sock, 18, 99, b"")
         assert struct.unpack_from(">ih", answer) == (7, 35)
-        # An API the listener does not serve (DescribeAcls v1 has a top-level error).
-        answer = _request(sock, 29, 1, b"")
+        # An API the listener does not serve (ElectLeaders v1 has a top-level error).
+        answer = _request(sock, 43, 1, b"")
         assert struct.unpack_from(">iih", answer)[2] == 35
         assert _request(sock, 18, 0, b"")[:4] == struct.pack(">i", 7)
 

@@ -17,7 +17,6 @@ HANDLER_S = 0.2
 
 
 class SlowMetadataBackend:
-    authorizer = None  # ACLs off: this test is about quotas
     """Just enough of a Backend for Metadata, taking :data:`HANDLER_S` per answer."""
 
     broker_id = 0

@@ -316,8 +316,8 @@ def test_scram_credentials_through_kafka_admin_clients(secure) -> None:
     upsert = UserScramCredentialUpsertion("frank", info, b"frank-pw")
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(30)
-    described = admin.describe_user_scram_credentials(["frank"]).result(30)
-    assert [c.mechanism for c in described["frank"].scram_credential_infos] == [
+    described = admin.describe_user_scram_credentials(["frank"])["frank"].result(30)
+    assert [c.mechanism for c in described.scram_credential_infos] == [
         ScramMechanism.SCRAM_SHA_256
     ]
     assert secure["cluster"].admin().describe_user_scram_credentials(["frank"]) == {
