@@ -218,6 +218,13 @@ async def _queue(
     return future
 
 
+MAX_RUN_BYTES = 256 * 1024
+"""The most bytes of Kafka batches (and of the raystream batch they become) coalesced
+into one append: far below any topic's ``max.message.bytes`` (1 MiB by default), so
+coalescing never makes a batch the leader refuses as too large; small requests are
+what it is for."""
+
+
 @dataclass(slots=True)
 class _Waiting:
     """A Kafka batch waiting in a partition's queue, and where its answer goes."""
@@ -290,8 +297,14 @@ class _ProduceQueue:
             if key is not None:
                 producer_id, codec, item.count = key
                 item.key = None if producer_id >= 0 else (item.acks, codec)
-            if groups and item.key is not None and groups[-1][-1].key == item.key:
-                groups[-1].append(item)
+            run = groups[-1] if groups else []
+            if (
+                run
+                and item.key is not None
+                and run[-1].key == item.key
+                and sum(len(i.records) for i in run) + len(item.records) <= MAX_RUN_BYTES
+            ):
+                run.append(item)
             else:
                 groups.append([item])
         requests: list[ProduceRequest] = []
@@ -351,7 +364,10 @@ class _ProduceQueue:
         except RaystreamError:
             return None
         timeout_ms = max(i.timeout_ms for i in group)
-        return self._request(group[0], run.records, run, timeout_ms)
+        request = self._request(group[0], run.records, run, timeout_ms)
+        if len(request.records) > MAX_RUN_BYTES:  # compressed batches that grew: one by one
+            return None
+        return request
 
 
 _QUEUES: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _ProduceQueue]] = (

@@ -109,7 +109,7 @@ def test_fetch_refused_then_allowed(secure_cluster: Any, bootstrap: str, topic: 
     from kafka.errors import TopicAuthorizationFailedError
 
     _grant(secure_cluster, "Describe", "Write", name=topic)
-    assert _produce(bootstrap, topic) is None
+    assert _soon(lambda: _produce(bootstrap, topic) is None)
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest")
     try:
         consumer.assign([TopicPartition(topic, 0)])
@@ -120,7 +120,10 @@ def test_fetch_refused_then_allowed(secure_cluster: Any, bootstrap: str, topic: 
         got: list[Any] = []
 
         def fetched() -> bool:
-            got.extend(r for rs in consumer.poll(timeout_ms=500).values() for r in rs)
+            try:  # refused until the grant reaches the listener
+                got.extend(r for rs in consumer.poll(timeout_ms=500).values() for r in rs)
+            except TopicAuthorizationFailedError:
+                return False
             return bool(got)
 
         _soon(fetched)
