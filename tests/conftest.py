@@ -43,11 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     it again (seconds each time, a Spark session's Java workers included); at the end
     of the session nothing comes after them.
 
-    Under pytest-xdist (``-n 2 --dist loadscope --no-loadscope-reorder``) each worker
-    takes whole modules in this order, so such tests must sit in modules of their own:
-    one beside shared tests would run with its module, mid-session, and stop the Ray
-    that the worker's session- and package-wide clusters (Spark's, the Kafka
-    listener's) live on.
+    Such tests sit in modules of their own, so that a runner that hands out whole
+    modules (pytest-xdist's ``--dist loadscope``) keeps this order too: one beside
+    shared tests would run with its module, mid-session, and stop the Ray that the
+    session- and package-wide clusters (Spark's, the Kafka listener's) live on.
     """
     own = {item.nodeid.split("::")[0] for item in items if needs_own_ray(item)}
     mixed = sorted({item.nodeid.split("::")[0] for item in items if not needs_own_ray(item)} & own)
