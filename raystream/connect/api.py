@@ -1,0 +1,328 @@
+"""The connector API: Kafka Connect's classes and lifecycle, with Arrow batches beside records.
+
+A connector is configuration plus code that moves data between a topic and another
+system. Its *connector* object plans the work (``start(config)``, then
+``task_configs(max_tasks)`` splits it into task configs); its *tasks* do the work in
+worker actors. The lifecycle and names are Kafka Connect's, so a Kafka Connect user
+reads a raystream connector without a guide::
+
+    class LinesSource(SourceConnector):
+        def start(self, config): self.config = config
+        def task_class(self): return LinesTask
+        def task_configs(self, max_tasks): return [self.config]
+        def stop(self): pass
+
+    class LinesTask(SourceTask):
+        def start(self, config):
+            stored = self.context.offset_storage_reader.offset({"file": config["file"]})
+            self.position = stored["position"] if stored else 0
+        def poll(self):
+            ...  # return [SourceRecord({"file": f}, {"position": p}, "lines", value=line)]
+
+Batches, not records, cross process boundaries (raystream's rule): besides Kafka
+Connect's per-record calls (``SourceTask.poll`` returning :class:`SourceRecord` objects,
+``SinkTask.put`` taking :class:`SinkRecord` objects), a task may work on whole Arrow
+tables (``SourceTask.poll`` returning a :class:`SourceBatch`, ``SinkTask.put_batch``),
+which is how the built-in file, data-lake and database connectors reach their speed.
+The framework converts between the two shapes, so a connector writes whichever is
+natural and transforms and converters see one shape.
+
+**The sink batch** handed to ``SinkTask.put_batch`` is a ``pyarrow.Table`` with the
+columns ``topic`` (string), ``partition`` (int32), ``offset`` (int64), ``timestamp``
+(int64 ms), ``key`` and ``value`` (as the key and value converters made them: binary,
+string, or a struct for structured data), ``headers`` (list of struct<key: string,
+value: binary>), in partition order, offsets ascending within a partition.
+
+**The source batch** (:class:`SourceBatch`) carries a table with a ``value`` column and
+optionally ``key``, ``timestamp``, ``headers``, ``topic`` and ``partition`` columns (a
+missing ``topic`` column means the batch's ``topic``), and one source partition and
+the source offset reached after its last row: offsets are committed per batch.
+
+Nothing here imports Ray: connectors are plain classes, tested by calling them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from raystream.types import TopicPartition
+
+#: A source partition or offset: a small JSON-able dict, as in Kafka Connect.
+SourceKey = Mapping[str, Any]
+
+#: A record header: (key, value bytes or None), as Kafka clients give them.
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """One record a source task read, with where it came from in the source system.
+
+    ``source_partition`` names a stream in the source (a file, a table), and
+    ``source_offset`` the position after this record in it; the framework stores the
+    latest offset per source partition in the ``connect-offsets`` topic once the record
+    is written, so a restarted task resumes there. ``partition=None`` lets the
+    producer's partitioner choose (by key), as in Kafka Connect.
+    """
+
+    source_partition: SourceKey
+    source_offset: SourceKey
+    topic: str
+    value: Any = None
+    key: Any = None
+    partition: int | None = None
+    timestamp: int | None = None
+    headers: Sequence[Header] = ()
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """Many records of one source partition, columnar (see the module docstring).
+
+    ``source_offset`` is the position after the batch's last row; the batch is written
+    as a whole before its offset is stored.
+    """
+
+    source_partition: SourceKey
+    source_offset: SourceKey
+    topic: str
+    table: pa.Table
+
+
+@dataclass(frozen=True)
+class SinkRecord:
+    """One record a sink task is given: the topic's record after converters and transforms."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Any
+    value: Any
+    timestamp: int | None = None
+    headers: Sequence[Header] = field(default_factory=tuple)
+
+
+class OffsetStorageReader(Protocol):
+    """Reads the source offsets the framework committed for this connector."""
+
+    def offset(self, source_partition: SourceKey) -> dict[str, Any] | None:
+        """The latest committed offset of ``source_partition``, or None if there is none."""
+        ...
+
+    def offsets(self, source_partitions: Sequence[SourceKey]) -> dict[str, dict[str, Any]]:
+        """Committed offsets of several source partitions, keyed by their JSON encoding."""
+        ...
+
+
+class ConnectorContext(Protocol):
+    """What a connector may ask of the framework."""
+
+    def request_task_reconfiguration(self) -> None:
+        """Ask for ``task_configs`` again (the source's shape changed, e.g. a new table)."""
+        ...
+
+    def raise_error(self, error: Exception) -> None:
+        """Fail the connector with ``error`` (shown by its status)."""
+        ...
+
+
+class SourceTaskContext(Protocol):
+    """What a source task may ask of the framework."""
+
+    offset_storage_reader: OffsetStorageReader
+    transaction_context: TransactionContext | None
+
+
+class TransactionContext(Protocol):
+    """For a connector that defines its own transaction boundaries (KIP-618)."""
+
+    def commit_transaction(self) -> None:
+        """Commit after the records polled so far."""
+        ...
+
+    def abort_transaction(self) -> None:
+        """Abort the records polled since the last commit."""
+        ...
+
+
+class SinkTaskContext(Protocol):
+    """What a sink task may ask of the framework."""
+
+    def offset(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Resume these partitions at these offsets: a sink that stores its offsets
+        with the data (exactly once) rewinds the consumer to them in ``open``."""
+        ...
+
+    def assignment(self) -> set[TopicPartition]:
+        """The topic partitions this task holds now."""
+        ...
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching these partitions (the target is busy)."""
+        ...
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Fetch these partitions again."""
+        ...
+
+    def request_commit(self) -> None:
+        """Commit offsets soon rather than at the next interval."""
+        ...
+
+
+class Task(ABC):
+    """Work a connector hands a worker; one instance per task, in one worker actor."""
+
+    context: Any = None  # set by the framework before ``start``
+
+    def version(self) -> str:
+        """The task's version, shown by status and the plugins listing."""
+        return "0.1.0"
+
+    @abstractmethod
+    def start(self, config: dict[str, str]) -> None:
+        """Begin with one of the configs the connector's ``task_configs`` made."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Release what ``start`` took; called once, also after a failure."""
+
+
+class SourceTask(Task):
+    """Reads from a source system; the framework writes what it returns to topics."""
+
+    context: SourceTaskContext
+
+    @abstractmethod
+    def poll(self) -> Sequence[SourceRecord] | SourceBatch | None:
+        """Records read since the last call, or None/empty when there is nothing yet.
+
+        Should return within about a second when the source is idle, so that pause,
+        stop and rebalances are prompt.
+        """
+
+    def commit(self) -> None:
+        """Called after the framework stored the offsets of the records written so far;
+        a source that acknowledges reads (a queue) acknowledges here."""
+
+    def commit_record(self, record: SourceRecord, metadata: Any) -> None:
+        """Called per record once it is written (Kafka Connect's hook; rarely needed)."""
+
+
+class SinkTask(Task):
+    """Writes what the framework consumed from topics into a target system."""
+
+    context: SinkTaskContext
+
+    def put(self, records: Sequence[SinkRecord]) -> None:
+        """Write these records (or buffer them until ``flush``).
+
+        A sink task implements ``put`` or ``put_batch``; raising a retriable error
+        makes the framework hand the same records again after a backoff.
+        """
+        raise NotImplementedError(f"{type(self).__name__} implements neither put nor put_batch")
+
+    def put_batch(self, batch: pa.Table) -> None:
+        """Write a sink batch (columns in the module docstring); by default as records."""
+        self.put(sink_records(batch))
+
+    def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Make everything given so far durable; ``offsets`` are the next offsets to read."""
+
+    def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        """The offsets the framework may commit now; by default ``flush`` and all of them.
+
+        A sink that stores offsets with its data (exactly once) returns {} and rewinds
+        through ``context.offset`` in ``open`` instead.
+        """
+        self.flush(offsets)
+        return offsets
+
+    def open(self, partitions: Sequence[TopicPartition]) -> None:
+        """These partitions were assigned to the task (a rebalance)."""
+
+    def close(self, partitions: Sequence[TopicPartition]) -> None:
+        """These partitions were taken away; write or drop what is buffered for them."""
+
+
+class Connector(ABC):
+    """Plans the work of one configured connector: validates config, splits it into tasks."""
+
+    context: ConnectorContext | None = None  # set by the framework before ``start``
+
+    def version(self) -> str:
+        """The connector's version, shown by ``GET /connector-plugins``."""
+        return "0.1.0"
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        """Raise ``InvalidConfigError`` naming the bad key when ``config`` cannot work.
+
+        The default accepts every config: keys the connector does not know are ignored,
+        as Kafka Connect does.
+        """
+        return None
+
+    @abstractmethod
+    def start(self, config: dict[str, str]) -> None:
+        """Begin with the connector's config (already validated)."""
+
+    @abstractmethod
+    def task_class(self) -> type[Task]:
+        """The task class the workers instantiate."""
+
+    @abstractmethod
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """At most ``max_tasks`` configs, one per task to run."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Release what ``start`` took."""
+
+
+class SourceConnector(Connector):
+    """A connector whose tasks read from another system into topics."""
+
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        """Whether its tasks' offsets and records can share a transaction (KIP-618)."""
+        return True
+
+    def can_define_transaction_boundaries(self, config: Mapping[str, str]) -> bool:
+        """Whether its tasks use ``transaction_context`` themselves (KIP-618)."""
+        return False
+
+
+class SinkConnector(Connector):
+    """A connector whose tasks write topics into another system."""
+
+
+def sink_records(batch: pa.Table) -> list[SinkRecord]:
+    """The per-record view of a sink batch: one :class:`SinkRecord` per row."""
+    columns = batch.to_pydict()
+    headers = columns.get("headers") or [None] * batch.num_rows
+    timestamps = columns.get("timestamp") or [None] * batch.num_rows
+    return [
+        SinkRecord(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            key=key,
+            value=value,
+            timestamp=timestamp,
+            headers=tuple((h["key"], h["value"]) for h in header_list or ()),
+        )
+        for topic, partition, offset, key, value, timestamp, header_list in zip(
+            columns["topic"],
+            columns["partition"],
+            columns["offset"],
+            columns["key"],
+            columns["value"],
+            timestamps,
+            headers,
+            strict=True,
+        )
+    ]
