@@ -59,9 +59,12 @@ exception here.
     ├── RecordDeserializationError          (no Kafka code, client side: a deserializer
     │                                         raised on a record; the consumer stays at its
     │                                         offset)
-    └── StreamsError                        (no Kafka code: a streams application failed)
-        └── TopologyError                   (a bad DSL call or topology, found while it
-                                              is built or checked at start)
+    ├── StreamsError                        (no Kafka code: a streams application failed)
+    │   └── TopologyError                   (a bad DSL call or topology, found while it
+    │                                         is built or checked at start)
+    └── ConnectError                        (no Kafka code: a connector or task failed)
+        └── RetriableConnectError           (retriable: the target is busy or down; the
+                                              framework hands the same records again)
 
 Code -1 is Kafka's UNKNOWN_SERVER_ERROR: an answer carrying it (or a code this module
 does not know) reads back as :class:`UnknownServerError`, never as the bare base class.
@@ -495,6 +498,24 @@ class StreamsError(RaystreamError):
 
     Client side only, no Kafka code (Kafka Streams' ``StreamsException``).
     """
+
+
+class ConnectError(RaystreamError):
+    """A connector, task, transform or converter failed (``rs.connectors``, ``rs.mirror``).
+
+    Kafka Connect's ``ConnectException``: the message names the connector, the stage
+    and the bad value; a failed task shows it in its status.
+    """
+
+
+class RetriableConnectError(ConnectError):
+    """The target system is busy or down for now (Kafka Connect's ``RetriableException``).
+
+    A sink task raising it from ``put`` is handed the same records again after a
+    backoff, rather than failing.
+    """
+
+    retriable = True
 
 
 class TopologyError(StreamsError):
