@@ -225,6 +225,15 @@ coalescing never makes a batch the leader refuses as too large; small requests a
 what it is for."""
 
 
+MAX_CALLS_IN_FLIGHT = 2
+"""Calls to a partition's leader one listener keeps outstanding: two, so the next run
+is decoded and sent while the leader appends the last one (one alone left the listener
+idle 70% of a flat-out produce, waiting on the leader, and the leader idle while it
+decoded). Appends stay in order: runs are sent one after another on the ordered path
+to the leader, as a Kafka client's ``max.in.flight.requests.per.connection`` keeps
+them."""
+
+
 @dataclass(slots=True)
 class _Waiting:
     """A Kafka batch waiting in a partition's queue, and where its answer goes."""
@@ -248,9 +257,10 @@ class _ProduceQueue:
     A produce request of a record or two costs the listener its decode and the call to
     the leader (a pickle, a socket write, the replica's dispatch and append), paid per
     request; librdkafka at a steady rate sends a request per record or per millisecond,
-    pipelined, and the listener fell behind them. So a partition has at most one call
-    to its leader outstanding: a batch that comes while one is out waits, and when the
-    answer is in, everything waiting goes at once, consecutive batches without a
+    pipelined, and the listener fell behind them. So a partition has at most
+    :data:`MAX_CALLS_IN_FLIGHT` calls to its leader outstanding: a batch that comes
+    while they are out waits, and when an answer is in, everything waiting goes at
+    once, consecutive batches without a
     producer id (same acks and codec) decoded together and appended as one raystream
     batch (:func:`~raystream.kafka.records.decode_produce_run`). The first batch after
     a quiet spell leaves at once; under load the batches grow with the wait, so the
@@ -269,9 +279,10 @@ class _ProduceQueue:
     partition: int
     waiting: list[_Waiting] = field(default_factory=list)
     flusher: asyncio.Future | None = None
+    in_flight: set[asyncio.Future] = field(default_factory=set)
 
     def put(self, item: _Waiting) -> None:
-        """Queue ``item``; start forwarding if nothing is out."""
+        """Queue ``item``; start forwarding if fewer than the most calls are out."""
         self.waiting.append(item)
         if self.flusher is None:
             self.flusher = asyncio.ensure_future(self._flush())
@@ -279,18 +290,23 @@ class _ProduceQueue:
     async def _flush(self) -> None:
         try:
             while self.waiting:
+                while len(self.in_flight) >= MAX_CALLS_IN_FLIGHT:
+                    await asyncio.wait(self.in_flight, return_when=asyncio.FIRST_COMPLETED)
                 items, self.waiting = self.waiting, []
                 try:
-                    await self._forward(items)
+                    answered = await self._forward(items)
                 except Exception as error:  # answered as the handler's failure
                     for item in items:
                         _settle(item.future, error)
+                    continue
+                self.in_flight.add(answered)
+                answered.add_done_callback(self.in_flight.discard)
         finally:
             self.flusher = None
 
-    async def _forward(self, items: list[_Waiting]) -> None:
-        """Send ``items`` (as few requests as they coalesce into) and settle their
-        futures with their answers."""
+    async def _forward(self, items: list[_Waiting]) -> asyncio.Future:
+        """Send ``items`` (as few requests as they coalesce into), in order; the task
+        that settles their futures with the answers."""
         groups: list[list[_Waiting]] = []
         for item in items:
             key = produced_batch_key(item.records)
@@ -322,9 +338,7 @@ class _ProduceQueue:
                 except RaystreamError as error:
                     _settle(item.future, error)
         sent = await self.backend.send_in_order(requests)
-        answers = await _gather(sent)
-        for group, answer in zip(owners, answers, strict=True):
-            _split(group, answer)
+        return asyncio.ensure_future(_answer(owners, sent))
 
     def _request(self, item: _Waiting, records: Any, produced: Any, timeout_ms: int) -> Any:
         identified = produced.producer_id >= 0
@@ -374,6 +388,13 @@ _QUEUES: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _ProduceQueue]] = 
     weakref.WeakKeyDictionary()
 )
 """Every backend's (listener's) produce queues, by topic and partition."""
+
+
+async def _answer(owners: list[list[_Waiting]], sent: list[Awaitable[Any]]) -> None:
+    """Settle each request's waiting batches with its answer (or its failure)."""
+    answers = await _gather(sent)
+    for group, answer in zip(owners, answers, strict=True):
+        _split(group, answer)
 
 
 def _settle(future: asyncio.Future, outcome: Any) -> None:

@@ -26,6 +26,7 @@ from kafka.record.memory_records import MemoryRecords
 from kio.records.readers import read_batch
 
 from raystream.errors import CorruptRecordError, InvalidRecordError
+from raystream.kafka import records as kafka_records
 from raystream.kafka.records import (
     ProducedBatch,
     decode_produce,
@@ -309,6 +310,34 @@ def test_fuzzed_records_decode_or_are_refused_cleanly(
         assert str(error)
     else:
         assert batch.record_count == len(records)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    count=st.integers(1, 16),
+    first=st.integers(0, 1000),
+    flips=st.lists(st.tuples(st.integers(0, 2_000), st.integers(1, 255)), max_size=3),
+)
+def test_small_batches_read_in_python_match_the_vectorized_path(
+    count: int, first: int, flips: list[tuple[int, int]]
+) -> None:
+    """A few records are read by a Python walk (cheaper than the vectorized path's fixed
+    cost); it must give the same batch, and leave every refusal to the vectorized path."""
+    body = bytearray(kafka_batch(sample(count, first))[61:])
+    for position, mask in flips:
+        body[position % len(body)] ^= mask
+    walked = kafka_records._walk_records(bytes(body), count, START, True, None)
+    try:
+        vectorized = kafka_records._decode_records(
+            bytes(body), count, START, "test", produced=True, small_batch_records=0
+        )
+    except (CorruptRecordError, InvalidRecordError):
+        assert walked is None
+    else:
+        if walked is not None:  # None: the walk was cautious, the vectorized path decides
+            assert walked.equals(vectorized)
+        else:
+            assert flips
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
