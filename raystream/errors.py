@@ -231,6 +231,8 @@ class SecurityDisabledError(RaystreamError):
     ``authorizer.class.name`` is empty)."""
 
     code = 54
+
+
 class UnsupportedSaslMechanismError(RaystreamError):
     """A client asked for a SASL mechanism the listener does not enable."""
 

@@ -606,13 +606,17 @@ class Watch:
             else:
                 first, confirmed = chaos.faults[0].at, chaos.confirm()
                 wait_until(
-                    lambda: self.count(before=first) >= min_before
-                    and self.count(after=confirmed) >= min_after,
+                    lambda: (
+                        self.count(before=first) >= min_before
+                        and self.count(after=confirmed) >= min_after
+                    ),
                     timeout_s,
                     f"{min_before} samples of {self.what} before the first fault and "
                     f"{min_after} after the last",
-                    detail=lambda: f"{self.count(before=first)} before, "
-                    f"{self.count(after=confirmed)} after; {self._errors_seen()}",
+                    detail=lambda: (
+                        f"{self.count(before=first)} before, "
+                        f"{self.count(after=confirmed)} after; {self._errors_seen()}"
+                    ),
                 )
         finally:
             self._stop.set()

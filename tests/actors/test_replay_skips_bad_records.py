@@ -44,9 +44,7 @@ def write_to_leader(cluster: Any, topic: str, records: list[tuple[bytes, bytes]]
     metadata = cluster.topic_metadata(topic, refresh=True)
     keys, values = zip(*records, strict=True)
     batch = build_batch(metadata.record_schema, keys, values, [0] * len(keys), None)
-    writer = (
-        GROUP_COORDINATOR_WRITER if topic == OFFSETS_TOPIC else TRANSACTION_COORDINATOR_WRITER
-    )
+    writer = GROUP_COORDINATOR_WRITER if topic == OFFSETS_TOPIC else TRANSACTION_COORDINATOR_WRITER
     request = ProduceRequest(topic, 0, batch, "all", 30_000, internal_writer=writer)
     answer = outcome(send(metadata.partitions[0].leader_handle, request), 120)
     answer.raise_for_error()

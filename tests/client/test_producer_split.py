@@ -92,9 +92,10 @@ def test_split_requests_answer_each_record_with_its_own_offset(sorted_rows) -> N
     left, right = first.split()
     left_left, left_right = left.split()
     assert left_left.rows + left_right.rows == left.rows == first.rows // 2
-    assert right.view().column("value").to_pylist() == first.view().column("value").to_pylist()[
-        left.rows :
-    ]
+    assert (
+        right.view().column("value").to_pylist()
+        == first.view().column("value").to_pylist()[left.rows :]
+    )
     left_left.complete(100)
     left_right.complete(100 + left_left.rows)
     right.complete(100 + left.rows)

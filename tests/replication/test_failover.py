@@ -411,13 +411,13 @@ def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
         chaos.remove_node(ray_nodes, lost_node, f"the node of leader {partition.leader}")
         chaos.verify(min_faults=2)
         # The only in-sync copy is gone; the leader's replacement starts empty.
-        wait_until(
-            lambda: (s := state()).leader == -1 and s.isr == [], 60, "the partition offline"
-        )
+        wait_until(lambda: (s := state()).leader == -1 and s.isr == [], 60, "the partition offline")
         replacement = wait_until(
-            lambda: (info := chaos.actor_info(handle(partition.leader)))["ActorID"] != lost_actor
-            and info["State"] == "ALIVE"
-            and info,
+            lambda: (
+                (info := chaos.actor_info(handle(partition.leader)))["ActorID"] != lost_actor
+                and info["State"] == "ALIVE"
+                and info
+            ),
             60,
             "the lost leader's replacement alive (an out-of-sync candidate)",
             retry_on=(ValueError,),  # its name is registered again once it is created
