@@ -319,7 +319,9 @@ def arrow_type(schema: Mapping[str, Any]) -> pa.DataType:
 
 def _read_lines(lines: pa.Array, schema: pa.Schema | None) -> pa.Table:
     """``pyarrow.json`` over binary values that are each one JSON object (nulls removed)."""
-    lines = pc.replace_substring(pc.replace_substring(lines, b"\n", b" "), b"\r", b" ")
+    if pc.any(pc.match_substring_regex(lines, "[\r\n]")).as_py():
+        # JSON strings cannot hold raw line breaks: these are whitespace between tokens.
+        lines = pc.replace_substring_regex(lines, "[\r\n]", " ")
     joined = pc.binary_join_element_wise(lines, b"\n", b"")
     data = binary_data(joined)
     block_size = max(len(data) + 1, 1 << 20)
@@ -351,14 +353,19 @@ def parse_envelopes(present: pa.Array, decimal_numeric: bool) -> pa.Array:
     """``{"schema": ..., "payload": ...}`` values: the schema gives the Arrow type.
 
     The first value's schema is read with Python; when every value starts with the same
-    schema text (the usual case: one producer, one schema) the payloads are parsed in
-    one ``pyarrow.json`` call typed by it. Otherwise each distinct schema is read and
-    their types unified (a batch across a schema change).
+    schema text (the usual case: one producer, one schema) that text is cut off and the
+    payloads are parsed in one ``pyarrow.json`` call typed by it. Otherwise each
+    distinct schema is read and their types unified (a batch across a schema change).
     """
     first = present[0].as_py()
     prefix, schema = _envelope_schema(first)
     if pc.all(pc.starts_with(present, prefix)).as_py():
         kind = arrow_type(schema) if schema is not None else None
+        longest = pc.max(pc.binary_length(present)).as_py()
+        rest = pc.binary_slice(present, len(prefix), longest)
+        if kind is not None and pc.all(pc.starts_with(rest, b",")).as_py():
+            # One schema for all: parse only {"payload": ...}, not the schema per value.
+            present = pc.binary_join_element_wise(b"{", pc.binary_slice(rest, 1, longest), b"")
     else:
         kinds = {}
         for value in present.to_pylist():

@@ -462,14 +462,17 @@ class TimestampRouter(Transformation):
             timestamps = timestamps.cast(pa.timestamp("ms"), safe=False)
         millis = timestamps.cast(pa.int64())
         seconds = pc.floor(pc.divide(millis.cast(pa.float64()), 1000)).cast(pa.int64())
-        instants = seconds.cast(pa.timestamp("s", "UTC"))
+        # Format each distinct second once: a batch spans few of them.
+        distinct = seconds.dictionary_encode()
+        instants = distinct.dictionary.cast(pa.timestamp("s", "UTC"))
         parts: list[Any] = []
         for piece in self.timestamp_pieces:
             if piece == _MILLIS:
                 fraction = pc.subtract(millis, pc.multiply(seconds, 1000))
                 parts.append(pc.utf8_lpad(fraction.cast(pa.string()), 3, "0"))
             else:
-                parts.append(pc.strftime(instants, format=piece, locale="C"))
+                text = pc.strftime(instants, format=piece, locale="C")
+                parts.append(text.take(distinct.indices))
         stamp = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
         topic = _column(batch, "topic")
         pieces: list[Any] = []
