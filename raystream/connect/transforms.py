@@ -647,11 +647,9 @@ class _Predicated(Transformation):
                 "only Filter may drop rows there"
             )
         kept = batch.filter(pc.invert(selected))
-        try:
-            merged = pa.concat_tables(
-                [changed, kept.select(changed.column_names)], promote_options="permissive"
-            )
-        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
+        try:  # a column the transform added is null in the rows it did not touch
+            merged = pa.concat_tables([changed, kept], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
             raise ConnectError(
                 f"{type(self.inner).__name__} under a predicate gives rows of a type the "
                 f"others cannot share: {error}"
@@ -772,11 +770,12 @@ def _names(config: Mapping[str, str], key: str) -> list[str]:
 
 
 def _regex(config: Mapping[str, str], key: str) -> re.Pattern[str]:
+    """A Java regular expression setting (named groups ``(?<name>...)`` included)."""
     text = config.get(key)
     if not text:
         raise InvalidConfigError(f"{key}: required (a regular expression)")
     try:
-        return re.compile(text)
+        return re.compile(re.sub(r"\(\?<(?![=!])", "(?P<", text))
     except re.error as error:
         raise InvalidConfigError(f"{key}={text!r}: not a regular expression ({error})") from error
 

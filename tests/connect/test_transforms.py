@@ -226,7 +226,7 @@ def test_routers_rename_topics() -> None:
         {
             "transforms": "regex,ts",
             "transforms.regex.type": "org.apache.kafka.connect.transforms.RegexRouter",
-            "transforms.regex.regex": "(?<name>.*)-raw".replace("?<", "?P<"),
+            "transforms.regex.regex": "(?<name>.*)-raw",  # Java's named group
             "transforms.regex.replacement": "${name}-clean",
             "transforms.ts.type": "TimestampRouter",
             "transforms.ts.topic.format": "${topic}_${timestamp}",
@@ -296,6 +296,23 @@ def test_a_predicated_transform_changes_only_the_selected_rows_in_place() -> Non
     )
     assert values(out, "offset") == [10, 11, 4]  # order kept
     assert [v and v["tag"] for v in values(out)] == [None, None, "user"]
+
+
+def test_a_predicated_transform_may_add_a_column_the_other_rows_get_as_nulls() -> None:
+    source = sink_batch().drop_columns(["key"])
+    out = run(
+        {
+            "transforms": "k",
+            "transforms.k.type": "ValueToKey",
+            "transforms.k.fields": "id",
+            "transforms.k.predicate": "users",
+            "predicates": "users",
+            "predicates.users.type": "TopicNameMatches",
+            "predicates.users.pattern": "users",
+        },
+        source,
+    )
+    assert values(out, "key") == [None, None, {"id": 3}]
 
 
 def test_header_transforms() -> None:
