@@ -34,7 +34,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from raystream.connect.converters import HEADERS_TYPE, Converter, JsonConverter
-from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
+from raystream.errors import (
+    ConnectError,
+    InvalidConfigError,
+    InvalidRequestError,
+    RaystreamError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +194,7 @@ def apply_tolerant(
             although it succeeded on each part (it cannot handle them as one batch).
     """
     if stage not in STAGES:
-        raise ValueError(f"apply_tolerant: stage {stage!r} is not one of {STAGES}")
+        raise InvalidRequestError(f"apply_tolerant: stage {stage!r} is not one of {STAGES}")
     class_name = _class_name(fn)
     retrying = _Retrier(policy, clock, sleep)
     try:
@@ -233,6 +238,7 @@ def dead_letter_batch(
     task_id: int,
     *,
     context_headers: bool = True,
+    originals: pa.Table | None = None,
 ) -> pa.Table:
     """The rows to write to the dead letter queue topic for ``failures``.
 
@@ -242,7 +248,11 @@ def dead_letter_batch(
     stage, class.name, exception.class.name, exception.message, exception.stacktrace,
     values UTF-8 text). Kafka writes the record as it was consumed; a failure's row
     holds what the failing stage was given, so binary and string keys and values are
-    written as they are, and structured ones (after a converter) as JSON.
+    written as they are, and structured ones (after a converter) as JSON. To write the
+    records as consumed, as Kafka does, pass ``originals``: the batch as consumed, row
+    for row with the batch the failing stage was given (converters, and transforms
+    before any Filter, keep rows in place); its row at each failure's ``index`` is
+    written instead.
     """
     json_text = JsonConverter({"schemas.enable": "false"})
     keys: list[bytes | None] = []
@@ -250,7 +260,7 @@ def dead_letter_batch(
     timestamps: list[int | None] = []
     headers: list[list[dict[str, object]]] = []
     for failure in failures:
-        row = failure.row
+        row = failure.row if originals is None else originals.slice(failure.index, 1)
         keys.append(_stored(row, "key", json_text))
         values.append(_stored(row, "value", json_text))
         timestamps.append(_cell(row, "timestamp"))

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.connect.converters import HEADERS_TYPE
-from raystream.errors import ConnectError, InvalidConfigError
+from raystream.errors import ConnectError, InvalidConfigError, InvalidRequestError
 
 KAFKA_PACKAGE = "org.apache.kafka.connect.transforms."
 KAFKA_PREDICATES = KAFKA_PACKAGE + "predicates."
@@ -101,7 +101,7 @@ class _KeyOrValue(Transformation):
     def __init__(self, config: Mapping[str, str], which: str = "value") -> None:
         super().__init__(config)
         if which not in ("key", "value"):
-            raise ValueError(f"which={which!r}: expected 'key' or 'value'")
+            raise InvalidRequestError(f"which={which!r}: expected 'key' or 'value'")
         self.which = which
 
     def apply(self, batch: pa.Table) -> pa.Table:

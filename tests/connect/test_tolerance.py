@@ -221,3 +221,5 @@ def test_dead_letter_rows_of_a_transform_failure_hold_the_value_as_json() -> Non
 
     _, failures = apply_tolerant(ALL, "TRANSFORMATION", fail, batch)
     assert dead_letter_batch(failures, "c", 0).column("value").to_pylist() == [b'{"a":1}']
+    as_consumed = dead_letter_batch(failures, "c", 0, originals=raw_batch([b"x"]))
+    assert as_consumed.column("value").to_pylist() == [b"x"]
