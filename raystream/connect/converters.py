@@ -56,9 +56,7 @@ from raystream.connect.json_arrow import (
     with_nulls_of,
 )
 from raystream.errors import ConnectError, InvalidConfigError
-
-#: The Arrow type of a batch's ``headers`` column (the sink and source batch shapes).
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+from raystream.records import HEADERS_TYPE
 
 
 class Converter(ABC):
@@ -428,7 +426,6 @@ def _spread(values: pa.Array, valid: pa.Array) -> pa.Array:
 
 
 __all__ = [
-    "HEADERS_TYPE",
     "ArrowConverter",
     "ByteArrayConverter",
     "Converter",

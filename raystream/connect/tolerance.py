@@ -33,13 +33,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from raystream.connect.converters import HEADERS_TYPE, Converter, JsonConverter
+from raystream.connect.converters import Converter, JsonConverter
 from raystream.errors import (
     ConnectError,
     InvalidConfigError,
     InvalidRequestError,
     RaystreamError,
 )
+from raystream.records import HEADERS_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,7 @@ def apply_tolerant(
     fn: Callable[[pa.Table], pa.Table],
     batch: pa.Table,
     *,
+    class_name: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[pa.Table, list[Failure]]:
@@ -195,7 +197,7 @@ def apply_tolerant(
     """
     if stage not in STAGES:
         raise InvalidRequestError(f"apply_tolerant: stage {stage!r} is not one of {STAGES}")
-    class_name = _class_name(fn)
+    class_name = class_name or _class_name(fn)
     retrying = _Retrier(policy, clock, sleep)
     try:
         return retrying.call(fn, batch), []
@@ -362,7 +364,12 @@ def _without(batch: pa.Table, indices: Sequence[int]) -> pa.Table:
 
 
 def _class_name(fn: Callable[..., object]) -> str:
+    """What ``fn`` belongs to: a converter's or transform's ``class_name`` (Kafka's class
+    name for Kafka's own), else the dotted path of its class or function."""
     owner = getattr(fn, "__self__", None)
+    named = getattr(owner, "class_name", None)
+    if isinstance(named, str) and named:
+        return named
     target = type(owner) if owner is not None else fn
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__qualname__", None) or type(target).__qualname__

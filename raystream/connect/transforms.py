@@ -50,8 +50,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raystream.connect.converters import HEADERS_TYPE
 from raystream.errors import ConnectError, InvalidConfigError, InvalidRequestError
+from raystream.records import HEADERS_TYPE
 
 KAFKA_PACKAGE = "org.apache.kafka.connect.transforms."
 KAFKA_PREDICATES = KAFKA_PACKAGE + "predicates."
@@ -76,6 +76,16 @@ class Transformation(ABC):
     def apply(self, batch: pa.Table) -> pa.Table:
         """The batch after this transform: same columns, rows possibly dropped (Filter) or
         with a changed ``key``, ``value``, ``topic`` or ``headers``; order kept."""
+
+    @property
+    def class_name(self) -> str:
+        """Kafka's class name for Kafka's transforms (``...transforms.Cast$Value``), else
+        the class's dotted path: what the dead letter queue's headers name."""
+        cls = type(self)
+        if cls.__module__ == __name__ and not cls.__name__.startswith("_"):
+            which = getattr(self, "which", None)
+            return f"{KAFKA_PACKAGE}{cls.__name__}" + (f"${which.title()}" if which else "")
+        return f"{cls.__module__}.{cls.__qualname__}"
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config!r})"
@@ -658,6 +668,10 @@ class _Predicated(Transformation):
             [pc.indices_nonzero(selected), pc.indices_nonzero(pc.invert(selected))]
         )
         return merged.take(pc.sort_indices(positions))
+
+    @property
+    def class_name(self) -> str:
+        return self.inner.class_name
 
     def __repr__(self) -> str:
         return f"{self.inner!r} if {'not ' if self.negate else ''}{self.predicate!r}"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raystream.connect.converters import HEADERS_TYPE, JsonConverter
+from raystream.connect.converters import JsonConverter
 from raystream.connect.tolerance import (
     ERROR_HEADERS,
     ErrorPolicy,
@@ -18,6 +18,7 @@ from raystream.connect.tolerance import (
     dead_letter_batch,
 )
 from raystream.errors import ConnectError, InvalidConfigError, RetriableConnectError
+from raystream.records import HEADERS_TYPE
 
 PROPERTY = settings(derandomize=True, max_examples=60, deadline=None)
 ALL = ErrorPolicy(tolerance="all")
@@ -219,7 +220,8 @@ def test_dead_letter_rows_of_a_transform_failure_hold_the_value_as_json() -> Non
     def fail(table: pa.Table) -> pa.Table:
         raise ConnectError("no")
 
-    _, failures = apply_tolerant(ALL, "TRANSFORMATION", fail, batch)
+    _, failures = apply_tolerant(ALL, "TRANSFORMATION", fail, batch, class_name="my.Smt")
+    assert failures[0].class_name == "my.Smt"
     assert dead_letter_batch(failures, "c", 0).column("value").to_pylist() == [b'{"a":1}']
     as_consumed = dead_letter_batch(failures, "c", 0, originals=raw_batch([b"x"]))
     assert as_consumed.column("value").to_pylist() == [b"x"]

@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raystream.connect.converters import HEADERS_TYPE
 from raystream.connect.transforms import (
     Transformation,
     apply_chain,
     transforms_from_config,
 )
 from raystream.errors import ConnectError, InvalidConfigError
+from raystream.records import HEADERS_TYPE
 
 PROPERTY = settings(derandomize=True, max_examples=40, deadline=None)
 
@@ -393,6 +393,26 @@ class Upper(Transformation):
 def test_a_transform_of_ones_own_by_dotted_path() -> None:
     out = run({"transforms": "u", "transforms.u.type": f"{__name__}.Upper"})
     assert values(out, "topic") == ["ORDERS-RAW", "ORDERS-RAW", "USERS"]
+
+
+def test_class_names_are_kafkas_for_kafkas_transforms() -> None:
+    chain = transforms_from_config(
+        {
+            "transforms": "a,b,c",
+            "transforms.a.type": "Cast$Key",
+            "transforms.a.spec": "string",
+            "transforms.b.type": "Filter",
+            "transforms.b.predicate": "p",
+            "transforms.c.type": f"{__name__}.Upper",
+            "predicates": "p",
+            "predicates.p.type": "RecordIsTombstone",
+        }
+    )
+    assert [t.class_name for t in chain] == [
+        "org.apache.kafka.connect.transforms.Cast$Key",
+        "org.apache.kafka.connect.transforms.Filter",
+        f"{__name__}.Upper",
+    ]
 
 
 @PROPERTY
