@@ -158,6 +158,25 @@ def test_json_reads_envelopes_a_kafka_producer_wrote() -> None:
         converter.to_connect(pa.array([b'{"id": 1}']))
 
 
+def test_json_maps_round_trip_with_schemas() -> None:
+    kind = pa.struct(
+        [
+            ("labels", pa.map_(pa.string(), pa.int64())),
+            ("by_id", pa.map_(pa.int32(), pa.list_(pa.binary()))),
+        ]
+    )
+    rows = [
+        {"labels": [("a", 1), ("b", 2)], "by_id": [(7, [b"x", None])]},
+        None,
+        {"labels": None, "by_id": []},
+    ]
+    column = pa.array(rows, kind)
+    converter = JsonConverter()
+    stored = converter.from_connect(column)
+    assert json.loads(stored[0].as_py())["payload"]["labels"] == {"a": 1, "b": 2}
+    assert converter.to_connect(stored).equals(column)
+
+
 def test_json_reads_a_batch_across_a_schema_change_by_unifying_the_schemas() -> None:
     old = {"type": "struct", "fields": [{"type": "int32", "optional": True, "field": "a"}]}
     new = {
