@@ -23,8 +23,8 @@ transforms pass through as Kafka's do. Routers compute on the distinct topic nam
 only, not per record.
 
 The transforms (Kafka's names; ``$Key``/``$Value`` pick the column):
-InsertField, ReplaceField, MaskField, Cast, ExtractField, HoistField, Flatten (each
-``$Key`` and ``$Value``), ValueToKey, TimestampRouter, RegexRouter, Filter,
+InsertField, ReplaceField, MaskField, Cast, ExtractField, HoistField, Flatten,
+TimestampConverter (each ``$Key`` and ``$Value``), ValueToKey, TimestampRouter, RegexRouter, Filter,
 InsertHeader and DropHeaders; predicates TopicNameMatches, HasHeaderKey and
 RecordIsTombstone. A type is Kafka's class name
 (``org.apache.kafka.connect.transforms.Cast$Value``), its short name (``Cast$Value``),
@@ -470,20 +470,7 @@ class TimestampRouter(Transformation):
             raise ConnectError("TimestampRouter: a record has no timestamp")
         if pa.types.is_timestamp(timestamps.type):
             timestamps = timestamps.cast(pa.timestamp("ms"), safe=False)
-        millis = timestamps.cast(pa.int64())
-        seconds = pc.floor(pc.divide(millis.cast(pa.float64()), 1000)).cast(pa.int64())
-        # Format each distinct second once: a batch spans few of them.
-        distinct = seconds.dictionary_encode()
-        instants = distinct.dictionary.cast(pa.timestamp("s", "UTC"))
-        parts: list[Any] = []
-        for piece in self.timestamp_pieces:
-            if piece == _MILLIS:
-                fraction = pc.subtract(millis, pc.multiply(seconds, 1000))
-                parts.append(pc.utf8_lpad(fraction.cast(pa.string()), 3, "0"))
-            else:
-                text = pc.strftime(instants, format=piece, locale="C")
-                parts.append(text.take(distinct.indices))
-        stamp = pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+        stamp = _format_millis(timestamps.cast(pa.int64()), self.timestamp_pieces)
         topic = _column(batch, "topic")
         pieces: list[Any] = []
         for literal, token in _template(self.topic_format):
@@ -497,6 +484,100 @@ class TimestampRouter(Transformation):
         if isinstance(routed, str):
             routed = pa.array([routed] * batch.num_rows, pa.string())
         return _with_column(batch, "topic", routed)
+
+
+#: Per unix.precision: milliseconds per unit (positive) or units per millisecond (negative).
+_UNIX_MILLIS = {"seconds": 1000, "milliseconds": 1, "microseconds": -1000, "nanoseconds": -1000_000}
+_TIMESTAMP_TARGETS = ("string", "unix", "timestamp", "date", "time")
+
+
+class TimestampConverter(_KeyOrValue):
+    """Converts a time between epoch numbers, text and Arrow's timestamp, date and time,
+    as Kafka's ``TimestampConverter``: ``field`` (empty: the whole key or value),
+    ``target.type`` (``string``, ``unix``, ``Timestamp``, ``Date`` or ``Time``),
+    ``format`` (a Java date pattern, for text in or out; UTC) and ``unix.precision``
+    (``seconds``, ``milliseconds`` (default), ``microseconds``, ``nanoseconds``).
+    Through milliseconds, as Kafka's ``java.util.Date``."""
+
+    def __init__(self, config: Mapping[str, str], which: str = "value") -> None:
+        super().__init__(config, which)
+        self.field = str(config.get("field", "")).strip()
+        self.target = str(config.get("target.type", "")).strip().lower()
+        if self.target not in _TIMESTAMP_TARGETS:
+            raise InvalidConfigError(
+                f"target.type={config.get('target.type')!r}: expected string, unix, "
+                "Timestamp, Date or Time"
+            )
+        pattern = str(config.get("format", "")).strip()
+        if self.target == "string" and not pattern:
+            raise InvalidConfigError("format: required with target.type=string")
+        self.pieces = _java_date_format(pattern, "format") if pattern else []
+        precision = str(config.get("unix.precision", "milliseconds")).strip().lower()
+        if precision not in _UNIX_MILLIS:
+            raise InvalidConfigError(
+                f"unix.precision={precision!r}: expected one of {sorted(_UNIX_MILLIS)}"
+            )
+        self.scale = _UNIX_MILLIS[precision]
+
+    def transform(self, array: pa.Array, batch: pa.Table) -> pa.Array:
+        if not self.field:
+            return self._convert(array, self.which)
+        if not self._struct(array):
+            return array
+        names = [f.name for f in array.type]
+        if self.field not in names:
+            raise ConnectError(f"TimestampConverter: the {self.which} has no field {self.field!r}")
+        children, fields = [], []
+        for index, field in enumerate(array.type):
+            child = pc.struct_field(array, [index])
+            if field.name == self.field:
+                child = self._convert(child, field.name)
+                field = field.with_type(child.type)
+            children.append(child)
+            fields.append(field)
+        return _struct_of(children, fields, array)
+
+    def _convert(self, array: pa.Array, what: str) -> pa.Array:
+        if pa.types.is_null(array.type):
+            return array
+        millis = self._millis(array, what)
+        if self.target == "unix":
+            if self.scale > 0:
+                return pc.floor(pc.divide(millis.cast(pa.float64()), self.scale)).cast(pa.int64())
+            return pc.multiply(millis, -self.scale)
+        if self.target == "string":
+            return _with_nulls(_format_millis(millis.fill_null(0), self.pieces), millis)
+        timestamps = millis.cast(pa.timestamp("ms"))
+        if self.target == "date":
+            return timestamps.cast(pa.date32())
+        if self.target == "time":
+            return timestamps.cast(pa.time32("ms"))
+        return timestamps
+
+    def _millis(self, array: pa.Array, what: str) -> pa.Array:
+        """Epoch milliseconds (int64) of any of the forms a time comes in."""
+        kind = array.type
+        if pa.types.is_timestamp(kind):
+            return array.cast(pa.timestamp("ms", kind.tz), safe=False).cast(pa.int64())
+        if pa.types.is_date(kind):
+            return array.cast(pa.timestamp("ms")).cast(pa.int64())
+        if pa.types.is_time(kind):
+            return array.cast(pa.time32("ms"), safe=False).cast(pa.int32()).cast(pa.int64())
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+            if self.scale > 0:
+                return pc.multiply(array.cast(pa.int64(), safe=False), self.scale)
+            return pc.floor(pc.divide(array.cast(pa.float64()), -self.scale)).cast(pa.int64())
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            if not self.pieces:
+                raise ConnectError("TimestampConverter: format is needed to read text times")
+            if _MILLIS in self.pieces:
+                raise ConnectError("TimestampConverter: text with SSS cannot be read yet")
+            try:
+                parsed = pc.strptime(array, format="".join(self.pieces), unit="ms")
+            except pa.ArrowInvalid as error:
+                raise ConnectError(f"TimestampConverter: {what}: {error}") from error
+            return parsed.cast(pa.int64())
+        raise ConnectError(f"TimestampConverter: {what} is {kind}, not a time")
 
 
 class RegexRouter(Transformation):
@@ -679,7 +760,16 @@ class _Predicated(Transformation):
 
 # -- the chain from a connector config ------------------------------------------------
 
-_KEYED = (InsertField, ReplaceField, MaskField, Cast, ExtractField, HoistField, Flatten)
+_KEYED = (
+    InsertField,
+    ReplaceField,
+    MaskField,
+    Cast,
+    ExtractField,
+    HoistField,
+    Flatten,
+    TimestampConverter,
+)
 _TRANSFORMS: dict[str, Callable[[Mapping[str, str]], Transformation]] = {}
 for _cls in _KEYED:
     _TRANSFORMS[f"{_cls.__name__}$Key"] = functools.partial(_cls, which="key")
@@ -863,6 +953,30 @@ def _cast(array: pa.Array, target: pa.DataType, what: str) -> pa.Array:
         ) from error
 
 
+def _with_nulls(values: pa.Array, like: pa.Array) -> pa.Array:
+    """``values`` with nulls where ``like`` has them."""
+    if like.null_count == 0:
+        return values
+    return pc.if_else(like.is_null(), pa.scalar(None, values.type), values)
+
+
+def _format_millis(millis: pa.Array, pieces: list[str]) -> pa.Array:
+    """Epoch milliseconds as text in UTC (``pieces`` from :func:`_java_date_format`),
+    each distinct second formatted once: a batch spans few of them."""
+    seconds = pc.floor(pc.divide(millis.cast(pa.float64()), 1000)).cast(pa.int64())
+    distinct = seconds.dictionary_encode()
+    instants = distinct.dictionary.cast(pa.timestamp("s", "UTC"))
+    parts: list[Any] = []
+    for piece in pieces:
+        if piece == _MILLIS:
+            fraction = pc.subtract(millis, pc.multiply(seconds, 1000))
+            parts.append(pc.utf8_lpad(fraction.cast(pa.string()), 3, "0"))
+        else:
+            text = pc.strftime(instants, format=piece, locale="C")
+            parts.append(text.take(distinct.indices))
+    return pc.binary_join_element_wise(*parts, "") if len(parts) > 1 else parts[0]
+
+
 def _map_distinct(
     column: pa.Array, fn: Callable[[str], Any], result_type: pa.DataType | None = None
 ) -> pa.Array:
@@ -941,7 +1055,10 @@ def _java_date_format(pattern: str, key: str) -> list[str]:
         current += "%%" if char == "%" else char
         index += 1
     pieces.append(current)
-    return [piece for piece in pieces if piece]
+    pieces = [piece for piece in pieces if piece]
+    if not pieces:
+        raise InvalidConfigError(f"{key}={pattern!r}: an empty date format")
+    return pieces
 
 
 def _template(text: str) -> list[tuple[str, str | None]]:

@@ -221,6 +221,47 @@ def test_extract_field_v2_follows_a_dotted_path_and_flatten_joins_names() -> Non
     assert values(hoisted, "key") == [{"raw": b"k1"}, {"raw": b"k2"}, {"raw": None}]
 
 
+def test_timestamp_converter_between_unix_text_and_arrow_times() -> None:
+    def convert(value: pa.Array, **settings_: str) -> list:
+        config = {"transforms": "t", "transforms.t.type": "TimestampConverter$Value"}
+        config.update({f"transforms.t.{k.replace('_', '.')}": v for k, v in settings_.items()})
+        return values(run(config, sink_batch().set_column(5, "value", value)))
+
+    unix_ms = pa.array([1700000000123, None, 0], pa.int64())
+    assert convert(unix_ms, target_type="string", format="yyyy-MM-dd HH:mm:ss.SSS") == [
+        "2023-11-14 22:13:20.123",
+        None,
+        "1970-01-01 00:00:00.000",
+    ]
+    assert convert(unix_ms, target_type="Timestamp")[0] == datetime.datetime(
+        2023, 11, 14, 22, 13, 20, 123000
+    )
+    assert convert(unix_ms, target_type="Date")[0] == datetime.date(2023, 11, 14)
+    times = pa.array([1500, None, 0], pa.timestamp("ms"))
+    assert convert(times, target_type="unix", unix_precision="seconds") == [1, None, 0]
+    assert convert(times, target_type="unix", unix_precision="microseconds")[0] == 1_500_000
+    text = pa.array(["2024-02-03 04:05:06", None, "1970-01-01 00:00:00"])
+    assert convert(text, target_type="unix", format="yyyy-MM-dd HH:mm:ss") == [
+        1706933106000,
+        None,
+        0,
+    ]
+    seconds = pa.array([1, 2, 3], pa.int32())
+    assert convert(seconds, target_type="unix", unix_precision="seconds") == [1, 2, 3]
+    field = run(
+        {
+            "transforms": "t",
+            "transforms.t.type": "org.apache.kafka.connect.transforms.TimestampConverter$Value",
+            "transforms.t.field": "id",
+            "transforms.t.target.type": "Timestamp",
+            "transforms.t.unix.precision": "seconds",
+        }
+    )
+    assert values(field)[2]["id"] == datetime.datetime(1970, 1, 1, 0, 0, 3)
+    with pytest.raises(ConnectError, match="not a time"):
+        convert(pa.array([b"x", b"y", b"z"]), target_type="unix")
+
+
 def test_routers_rename_topics() -> None:
     out = run(
         {
@@ -328,6 +369,18 @@ def test_header_transforms() -> None:
     )
     via = {"key": "via", "value": b"raystream"}
     assert values(out, "headers") == [[via], [via], [via]]
+
+
+def test_a_bad_timestamp_converter_config_names_the_key() -> None:
+    base = {"transforms": "a", "transforms.a.type": "TimestampConverter$Value"}
+    with pytest.raises(InvalidConfigError, match=r"transforms\.a\.target\.type"):
+        transforms_from_config(base)
+    with pytest.raises(InvalidConfigError, match=r"transforms\.a\.format"):
+        transforms_from_config({**base, "transforms.a.target.type": "string"})
+    with pytest.raises(InvalidConfigError, match=r"transforms\.a\.unix\.precision"):
+        transforms_from_config(
+            {**base, "transforms.a.target.type": "unix", "transforms.a.unix.precision": "days"}
+        )
 
 
 @pytest.mark.parametrize(
