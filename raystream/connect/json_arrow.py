@@ -163,15 +163,17 @@ def _list_text(array: pa.Array, decimal_numeric: bool) -> pa.Array:
         array = array.cast(pa.list_(array.type.value_type))
     if pa.types.is_large_list(array.type):
         array = array.cast(pa.list_(array.type.value_type))
-    elements = json_text(array.values, decimal_numeric=decimal_numeric)
-    lists = pa.ListArray.from_arrays(array.offsets, elements, mask=array.is_null())
+    offsets, values = _entries(array)
+    elements = json_text(values, decimal_numeric=decimal_numeric)
+    lists = pa.ListArray.from_arrays(offsets, elements, mask=_mask(array))
     joined = pc.binary_join(lists, ",")
     return with_nulls_of(pc.binary_join_element_wise("[", joined, "]", ""), array)
 
 
 def _map_text(array: pa.MapArray, decimal_numeric: bool) -> pa.Array:
-    keys = array.keys
-    items = json_text(array.items, decimal_numeric=decimal_numeric)
+    offsets, values = _entries(array)
+    keys = pc.struct_field(values, [0])
+    items = json_text(pc.struct_field(values, [1]), decimal_numeric=decimal_numeric)
     if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type):
         entries = pc.binary_join_element_wise(_string_text(keys.cast(pa.string())), ":", items, "")
         opening, closing = "{", "}"
@@ -179,9 +181,21 @@ def _map_text(array: pa.MapArray, decimal_numeric: bool) -> pa.Array:
         key_text = json_text(keys, decimal_numeric=decimal_numeric)
         entries = pc.binary_join_element_wise("[", key_text, ",", items, "]", "")
         opening, closing = "[", "]"
-    lists = pa.ListArray.from_arrays(array.offsets, entries, mask=array.is_null())
+    lists = pa.ListArray.from_arrays(offsets, entries, mask=_mask(array))
     joined = pc.binary_join(lists, ",")
     return with_nulls_of(pc.binary_join_element_wise(opening, joined, closing, ""), array)
+
+
+def _entries(array: pa.ListArray) -> tuple[pa.Array, pa.Array]:
+    """A list (or map) array's offsets from 0 and the entries they index: the rows of a
+    slice only (``values`` is the whole child, offsets of a slice start inside it)."""
+    offsets = array.offsets
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    return pc.subtract(offsets, start), array.values.slice(start, end - start)
+
+
+def _mask(array: pa.Array) -> pa.Array | None:
+    return array.is_null() if array.null_count else None
 
 
 def _decimal_base64(value: Decimal, scale: int) -> str:

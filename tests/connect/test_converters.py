@@ -228,6 +228,22 @@ def test_schemaless_json_writes_plain_json_text() -> None:
     assert converter.from_connect(int_keys).to_pylist() == [b'[[1,"a"]]']
 
 
+def test_json_of_slices_of_lists_and_maps() -> None:
+    converter = JsonConverter({"schemas.enable": "false"})
+    maps = pa.array(
+        [[("a", 1)], [("b", 2), ("c", 3)], None, [("d", 4)]], pa.map_(pa.string(), pa.int64())
+    )
+    assert converter.from_connect(maps.slice(1, 3)).to_pylist() == [
+        b'{"b":2,"c":3}',
+        None,
+        b'{"d":4}',
+    ]
+    lists = pa.array([[1], [2, 3], None, [4]])
+    assert converter.from_connect(lists.slice(1, 2)).to_pylist() == [b"[2,3]", None]
+    nested = pa.array([{"x": [1]}, {"x": [2, 3]}, {"x": None}]).slice(1, 2)
+    assert converter.from_connect(nested).to_pylist() == [b'{"x":[2,3]}', b'{"x":null}']
+
+
 @st.composite
 def records(draw: st.DrawFn) -> list[dict | None]:
     row = st.fixed_dictionaries(
@@ -259,6 +275,8 @@ def test_json_round_trips_random_rows_with_schemas(rows: list[dict | None]) -> N
     converter = JsonConverter()
     column = pa.array(rows, RECORD_TYPE)
     assert converter.to_connect(converter.from_connect(column)).to_pylist() == rows
+    tail = column.slice(1)  # a slice, as a bisected batch hands it
+    assert converter.to_connect(converter.from_connect(tail)).to_pylist() == rows[1:]
 
 
 @PROPERTY
