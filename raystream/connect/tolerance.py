@@ -188,7 +188,8 @@ def apply_tolerant(
     0.3 s up to ``retry_delay_max_ms`` for ``retry_timeout_ms``, as Kafka does; what
     still fails then is a failure. With ``errors.tolerance=none`` the first failure
     raises; with ``all`` the failing rows are isolated by bisection (the module
-    docstring) and returned as failures.
+    docstring) and returned as failures (all rows, without bisection, when the error
+    is a retriable one that outlasted the retries).
 
     Raises:
         ConnectError: a row failed and the policy tolerates none (naming the stage, the
@@ -208,7 +209,13 @@ def apply_tolerant(
             ) from error
         first_error = error
     bad: dict[int, BaseException] = {}
-    _bisect(retrying, fn, batch, 0, batch.num_rows, first_error, bad)
+    if isinstance(first_error, RaystreamError) and first_error.retriable:
+        # Still failing after the retries: the stage, not a row, is at fault; bisecting
+        # would wait out the retries again per slice. Every row fails, as each record
+        # would in Kafka.
+        bad = dict.fromkeys(range(batch.num_rows), first_error)
+    else:
+        _bisect(retrying, fn, batch, 0, batch.num_rows, first_error, bad)
     failures = [
         Failure(index, batch.slice(index, 1), stage, class_name, error)
         for index, error in sorted(bad.items())

@@ -183,6 +183,22 @@ def test_retries_stop_at_the_timeout() -> None:
         apply_tolerant(ErrorPolicy(), "TASK_PUT", FlakyStage(1), raw_batch([b"x"]))
 
 
+def test_a_retriable_error_outlasting_the_retries_fails_every_row_without_bisecting() -> None:
+    time = FakeTime()
+    stage = FlakyStage(1000)
+    policy = ErrorPolicy(tolerance="all", retry_timeout_ms=1_000)
+    out, failures = apply_tolerant(
+        policy,
+        "TRANSFORMATION",
+        stage,
+        raw_batch([b"a", b"b", b"c"]),
+        clock=time.clock,
+        sleep=time.sleep,
+    )
+    assert out.num_rows == 0 and [f.index for f in failures] == [0, 1, 2]
+    assert sum(time.sleeps) == pytest.approx(1.0)  # one round of retries, not one per slice
+
+
 def test_failures_are_logged_when_errors_log_enable(caplog: pytest.LogCaptureFixture) -> None:
     policy = ErrorPolicy(tolerance="all", log_enable=True, log_include_messages=True)
     with caplog.at_level(logging.ERROR, logger="raystream.connect.tolerance"):
