@@ -31,6 +31,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from raystream.connect.converters import Converter, JsonConverter
@@ -203,13 +204,22 @@ def apply_tolerant(
     try:
         return retrying.call(fn, batch), []
     except Exception as error:  # any failure of a stage is the record's
-        if not policy.tolerates_all:
-            raise ConnectError(
-                f"{stage} failed in {class_name} and errors.tolerance=none: {error}"
-            ) from error
         first_error = error
+    retriable = isinstance(first_error, RaystreamError) and first_error.retriable
+    if not policy.tolerates_all:
+        where = ""
+        if not retriable:  # the task fails: worth a few calls to name the record
+            bad_rows: dict[int, BaseException] = {}
+            _bisect(retrying, fn, batch, 0, batch.num_rows, first_error, bad_rows)
+            if bad_rows:
+                index = min(bad_rows)
+                first_error = bad_rows[index]
+                where = f" at {_record(batch.slice(index, 1))}"
+        raise ConnectError(
+            f"{stage} failed in {class_name}{where} and errors.tolerance=none: {first_error}"
+        ) from first_error
     bad: dict[int, BaseException] = {}
-    if isinstance(first_error, RaystreamError) and first_error.retriable:
+    if retriable:
         # Still failing after the retries: the stage, not a row, is at fault; bisecting
         # would wait out the retries again per slice. Every row fails, as each record
         # would in Kafka.
@@ -364,10 +374,20 @@ def _bisect(
 
 
 def _without(batch: pa.Table, indices: Sequence[int]) -> pa.Table:
-    keep = [True] * batch.num_rows
-    for index in indices:
-        keep[index] = False
-    return batch.filter(pa.array(keep, pa.bool_()))
+    keep = np.ones(batch.num_rows, dtype=bool)
+    keep[list(indices)] = False
+    return batch.filter(pa.array(keep))
+
+
+def _record(row: pa.Table) -> str:
+    """Where a one-row batch's record is: ``topic-partition@offset`` as far as known."""
+    topic, partition, offset = (_cell(row, name) for name in ("topic", "partition", "offset"))
+    where = str(topic) if topic is not None else "the record"
+    if partition is not None:
+        where += f"-{partition}"
+    if offset is not None:
+        where += f"@{offset}"
+    return where
 
 
 def _class_name(fn: Callable[..., object]) -> str:

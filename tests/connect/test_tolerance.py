@@ -92,8 +92,11 @@ def test_the_happy_path_is_one_call() -> None:
 
 
 def test_tolerance_none_fails_on_the_first_bad_row() -> None:
-    with pytest.raises(ConnectError, match=r"VALUE_CONVERTER failed in .*ParseValues"):
-        apply_tolerant(ErrorPolicy(), "VALUE_CONVERTER", ParseValues(), raw_batch([b"{bad"]))
+    rows = [b'{"a": 1}', b'{"a": 2}', b"{bad", b'{"a": 4}']
+    with pytest.raises(
+        ConnectError, match=r"VALUE_CONVERTER failed in .*ParseValues at orders-2@102"
+    ):
+        apply_tolerant(ErrorPolicy(), "VALUE_CONVERTER", ParseValues(), raw_batch(rows))
 
 
 def test_tolerance_all_isolates_the_bad_rows_by_bisection() -> None:
