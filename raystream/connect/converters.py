@@ -14,8 +14,8 @@ bytes      org.apache.kafka.connect.converters.ByteArrayConverter       binary, 
 string     org.apache.kafka.connect.storage.StringConverter             string (UTF-8)
 json       org.apache.kafka.connect.json.JsonConverter                  whatever the JSON holds
 arrow      raystream.connect.converters.ArrowConverter                  the topic's typed columns
-int8..     org.apache.kafka.connect.converters.{Short,Integer,Long,     a number (big-endian
-double     Float,Double}Converter                                       bytes, as Kafka's)
+int16 ..   org.apache.kafka.connect.converters.{Short,Integer,Long,     a number (big-endian
+float64    Float,Double}Converter                                       bytes, as Kafka's)
 =========  ===========================================================  ==========================
 
 The JSON converter is Kafka's ``JsonConverter``: with ``schemas.enable=true`` (Kafka's
@@ -175,7 +175,7 @@ class JsonConverter(Converter):
                 parsed = parse_envelopes(present, self.decimal_numeric)
             else:
                 parsed = parse_json_values(present)
-        except (pa.ArrowInvalid, ValueError, TypeError) as error:
+        except (pa.ArrowInvalid, ValueError, TypeError, KeyError) as error:
             raise ConnectError(f"JsonConverter: cannot read the stored JSON: {error}") from error
         return _spread(parsed, valid)
 
