@@ -4,6 +4,7 @@ directly as the worker would: poll, store the offset, restart from it."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -229,8 +230,12 @@ def test_server_errors_are_retriable_and_client_errors_are_not(server: tuple[str
     with pytest.raises(ConnectError, match="404") as raised:
         missing.poll()
     assert not isinstance(raised.value, RetriableConnectError)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     closed = started(
-        {"topic": "t", "http.url": "http://127.0.0.1:9/", "http.timeout.ms": "2000"}, Offsets()
+        {"topic": "t", "http.url": f"http://127.0.0.1:{port}/", "http.timeout.ms": "2000"},
+        Offsets(),
     )
     with pytest.raises(RetriableConnectError, match="failed"):
         closed.poll()

@@ -20,7 +20,7 @@ from raystream.connect.tolerance import (
 from raystream.errors import ConnectError, InvalidConfigError, RetriableConnectError
 from raystream.records import HEADERS_TYPE
 
-PROPERTY = settings(derandomize=True, max_examples=60, deadline=None)
+PROPERTY = settings(derandomize=True, max_examples=40, deadline=None)
 ALL = ErrorPolicy(tolerance="all")
 
 
