@@ -70,7 +70,7 @@ class InsertField(KeyOrValueTransformation):
         additions: list[tuple[pa.Field, pa.Array]] = []
         for key, name, required in self.fields:
             if key == "static.field":
-                values = pa.array([self.static_value] * len(array), pa.string())
+                values = pa.repeat(pa.scalar(self.static_value, pa.string()), len(array))
                 kind = pa.string()
             else:
                 source, kind = self._SOURCES[key]

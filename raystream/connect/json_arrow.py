@@ -68,7 +68,7 @@ def json_text(array: pa.Array, *, decimal_numeric: bool) -> pa.Array:
     """
     kind = array.type
     if pa.types.is_null(kind):
-        return pa.array(["null"] * len(array), pa.string())
+        return pa.repeat(pa.scalar("null"), len(array))
     if pa.types.is_dictionary(kind):
         return json_text(array.dictionary_decode(), decimal_numeric=decimal_numeric)
     if pa.types.is_boolean(kind) or pa.types.is_integer(kind):
@@ -152,7 +152,7 @@ def _struct_text(array: pa.Array, decimal_numeric: bool) -> pa.Array:
         pieces.append(json_text(child, decimal_numeric=decimal_numeric))
     pieces.append("}")
     if len(pieces) == 2:
-        text = pa.array(["{}"] * len(array), pa.string())
+        text = pa.repeat(pa.scalar("{}"), len(array))
     else:
         text = pc.binary_join_element_wise(*pieces, "")
     return with_nulls_of(text, array)

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -130,6 +131,34 @@ def headers_column(batch: pa.Table) -> pa.Array:
         return pa.array([[]] * batch.num_rows, HEADERS_TYPE)
     headers = column(batch, "headers")
     return headers if headers.type == HEADERS_TYPE else headers.cast(HEADERS_TYPE)
+
+
+def appended_header(batch: pa.Table, key: str, values: pa.Array) -> pa.Array:
+    """The batch's ``headers`` column with the header ``key`` added at the end of each
+    row's headers, with that row's value of ``values`` (binary; null: a null value)."""
+    headers = headers_column(batch)
+    rows = batch.num_rows
+    entries = pc.list_flatten(headers).cast(HEADERS_TYPE.value_type)
+    lengths = pc.fill_null(pc.list_value_length(headers), 0).cast(pa.int64())
+    added = pa.StructArray.from_arrays(
+        [pa.repeat(pa.scalar(key, pa.string()), rows), values.cast(pa.binary())],
+        fields=list(HEADERS_TYPE.value_type),
+    )
+    # In the new values, old entry j of row p moves to j + p (one added header before
+    # it per earlier row); row i's added header goes to end_i + i.
+    ends = pc.cumulative_sum(lengths)
+    rows_before = pc.list_parent_indices(headers).cast(pa.int64())
+    positions = pa.concat_arrays(
+        [
+            pc.add(pa.array(np.arange(len(entries), dtype=np.int64)), rows_before),
+            pc.add(ends, pa.array(np.arange(rows, dtype=np.int64))),
+        ]
+    )
+    offsets = pa.concat_arrays(
+        [pa.array([0], pa.int64()), pc.cumulative_sum(pc.add(lengths, 1))]
+    ).cast(pa.int32())
+    ordered = pa.concat_arrays([entries, added]).take(pc.sort_indices(positions))
+    return pa.ListArray.from_arrays(offsets, ordered)
 
 
 def with_column(batch: pa.Table, name: str, array: pa.Array) -> pa.Table:

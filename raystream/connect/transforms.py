@@ -65,6 +65,7 @@ from raystream.connect.transform_api import (
     KAFKA_PREDICATES,
     Predicate,
     Transformation,
+    appended_header,
     column,
     format_millis,
     headers_column,
@@ -135,7 +136,7 @@ class TimestampRouter(Transformation):
                 pieces.append(stamp)
         routed = pc.binary_join_element_wise(*pieces, "") if len(pieces) > 1 else pieces[0]
         if isinstance(routed, str):
-            routed = pa.array([routed] * batch.num_rows, pa.string())
+            routed = pa.repeat(pa.scalar(routed), batch.num_rows)
         return with_column(batch, "topic", routed)
 
 
@@ -179,30 +180,8 @@ class InsertHeader(Transformation):
         self.value = str(config["value.literal"]).encode()
 
     def apply(self, batch: pa.Table) -> pa.Table:
-        headers = headers_column(batch)
-        rows = batch.num_rows
-        entries = pc.list_flatten(headers)
-        lengths = pc.fill_null(pc.list_value_length(headers), 0).cast(pa.int64())
-        added = pa.StructArray.from_arrays(
-            [pa.array([self.header] * rows, pa.string()), pa.array([self.value] * rows)],
-            fields=list(HEADERS_TYPE.value_type),
-        )
-        # In the new values, old entry j of row p moves to j + p (one added header
-        # before it per earlier row); row i's added header goes to end_i + i.
-        ends = pc.cumulative_sum(lengths)
-        rows_before = pc.list_parent_indices(headers).cast(pa.int64())
-        positions = pa.concat_arrays(
-            [
-                pc.add(pa.array(range(len(entries)), pa.int64()), rows_before),
-                pc.add(ends, pa.array(range(rows), pa.int64())),
-            ]
-        )
-        values = pa.concat_arrays([entries.cast(HEADERS_TYPE.value_type), added])
-        offsets = pa.concat_arrays(
-            [pa.array([0], pa.int64()), pc.cumulative_sum(pc.add(lengths, 1))]
-        ).cast(pa.int32())
-        ordered = values.take(pc.sort_indices(positions))
-        return with_column(batch, "headers", pa.ListArray.from_arrays(offsets, ordered))
+        values = pa.repeat(pa.scalar(self.value, pa.binary()), batch.num_rows)
+        return with_column(batch, "headers", appended_header(batch, self.header, values))
 
 
 class DropHeaders(Transformation):
@@ -260,7 +239,7 @@ class HasHeaderKey(Predicate):
         entries = pc.list_flatten(headers)
         hits = pc.equal(pc.struct_field(entries, [0]), self.name).fill_null(False)
         rows = pc.list_parent_indices(headers).filter(hits)
-        return pc.is_in(pa.array(range(len(headers)), pa.int64()), rows.cast(pa.int64()))
+        return pc.is_in(pa.array(np.arange(len(headers), dtype=np.int64)), rows.cast(pa.int64()))
 
 
 class RecordIsTombstone(Predicate):
