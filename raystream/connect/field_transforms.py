@@ -14,10 +14,12 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from raystream.connect.json_arrow import json_text, with_nulls_of
 from raystream.connect.transform_api import (
     MILLIS,
     KeyOrValueTransformation,
     Transformation,
+    appended_header,
     column,
     format_millis,
     java_date_format,
@@ -296,6 +298,50 @@ class Flatten(KeyOrValueTransformation):
                 fields.append(field.with_name(name))
 
 
+class HeaderFrom(KeyOrValueTransformation):
+    """Copies (``operation=copy``) or moves (``move``) struct ``fields`` into ``headers``
+    of the same order (Kafka's ``HeaderFrom``). A header's value is the field's bytes,
+    text as UTF-8, and anything else its JSON text (Kafka's default header converter
+    writes text too); a null field, or a tombstone, gives a null header value."""
+
+    def __init__(self, config: Mapping[str, str], which: str = "value") -> None:
+        super().__init__(config, which)
+        self.fields = list_setting(config, "fields")
+        self.headers = list_setting(config, "headers")
+        if not self.fields:
+            raise InvalidConfigError("fields: required (the fields to copy into headers)")
+        if len(self.headers) != len(self.fields):
+            raise InvalidConfigError(
+                f"headers={config.get('headers')!r}: one header per field of "
+                f"fields={config.get('fields')!r}"
+            )
+        self.operation = str(config.get("operation", "")).strip().lower()
+        if self.operation not in ("copy", "move"):
+            raise InvalidConfigError(
+                f"operation={config.get('operation')!r}: expected copy or move"
+            )
+
+    def apply(self, batch: pa.Table) -> pa.Table:
+        array = column(batch, self.which)
+        if not self._struct(array):
+            return batch
+        names = [f.name for f in array.type]
+        for field, header in zip(self.fields, self.headers, strict=True):
+            if field not in names:
+                raise ConnectError(f"HeaderFrom: the {self.which} has no field {field!r}")
+            values = _header_bytes(pc.struct_field(array, [names.index(field)]))
+            batch = with_column(batch, "headers", appended_header(batch, header, values))
+        return with_column(batch, self.which, self.transform(array, batch))
+
+    def transform(self, array: pa.Array, batch: pa.Table) -> pa.Array:
+        """The struct without the moved fields (unchanged for ``copy``)."""
+        if self.operation == "copy":
+            return array
+        kept = [i for i, field in enumerate(array.type) if field.name not in self.fields]
+        children = [pc.struct_field(array, [i]) for i in kept]
+        return struct_of(children, [array.type.field(i) for i in kept], array)
+
+
 class ValueToKey(Transformation):
     """Sets the key to a struct of the value's ``fields`` (Kafka's ``ValueToKey``); a
     tombstone gets a null key."""
@@ -427,6 +473,16 @@ _CAST_TYPES = {
     "boolean": pa.bool_(),
     "string": pa.string(),
 }
+
+
+def _header_bytes(values: pa.Array) -> pa.Array:
+    """Header values of a field: bytes as they are, text as UTF-8, others as JSON text."""
+    kind = values.type
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_null(kind):
+        return values.cast(pa.binary())
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return values.cast(pa.binary())
+    return with_nulls_of(json_text(values, decimal_numeric=True), values).cast(pa.binary())
 
 
 def _set_fields(array: pa.Array, additions: list[tuple[pa.Field, pa.Array]]) -> pa.Array:

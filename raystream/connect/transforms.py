@@ -22,10 +22,10 @@ fields are the struct's fields, and a null row is a tombstone, which the field
 transforms pass through as Kafka's do. Routers compute on the distinct topic names
 only, not per record.
 
-The transforms (Kafka's names; ``$Key``/``$Value`` pick the column):
-InsertField, ReplaceField, MaskField, Cast, ExtractField, HoistField, Flatten,
-TimestampConverter (each ``$Key`` and ``$Value``), ValueToKey, TimestampRouter, RegexRouter, Filter,
-InsertHeader and DropHeaders; predicates TopicNameMatches, HasHeaderKey and
+The transforms (Kafka's names): InsertField, ReplaceField, MaskField, Cast,
+ExtractField, HoistField, Flatten, TimestampConverter and HeaderFrom, each as ``$Key``
+and ``$Value`` (the column they work on); ValueToKey, TimestampRouter, RegexRouter,
+Filter, InsertHeader and DropHeaders; the predicates TopicNameMatches, HasHeaderKey and
 RecordIsTombstone. A type is Kafka's class name
 (``org.apache.kafka.connect.transforms.Cast$Value``), its short name (``Cast$Value``),
 or a dotted path to a :class:`Transformation` subclass of one's own.
@@ -53,6 +53,7 @@ from raystream.connect.field_transforms import (
     Cast,
     ExtractField,
     Flatten,
+    HeaderFrom,
     HoistField,
     InsertField,
     MaskField,
@@ -83,6 +84,7 @@ __all__ = [
     "Filter",
     "Flatten",
     "HasHeaderKey",
+    "HeaderFrom",
     "HoistField",
     "InsertField",
     "InsertHeader",
@@ -307,6 +309,7 @@ _KEYED = (
     HoistField,
     Flatten,
     TimestampConverter,
+    HeaderFrom,
 )
 _TRANSFORMS: dict[str, Callable[[Mapping[str, str]], Transformation]] = {}
 for _cls in _KEYED:

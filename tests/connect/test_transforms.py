@@ -356,6 +356,53 @@ def test_a_predicated_transform_may_add_a_column_the_other_rows_get_as_nulls() -
     assert values(out, "key") == [None, None, {"id": 3}]
 
 
+def test_header_from_copies_or_moves_fields_into_headers() -> None:
+    out = run(
+        {
+            "transforms": "h",
+            "transforms.h.type": "org.apache.kafka.connect.transforms.HeaderFrom$Value",
+            "transforms.h.fields": "email,id,address",
+            "transforms.h.headers": "mail,user,where",
+            "transforms.h.operation": "move",
+        }
+    )
+    assert out.schema.field("value").type.names == ["score"]
+    first, tombstone, third = values(out, "headers")
+    assert first == [
+        {"key": "mail", "value": b"a@x"},
+        {"key": "user", "value": b"1"},
+        {"key": "where", "value": b'{"city":"Oslo","zip":1}'},
+    ]
+    assert [h["value"] for h in tombstone] == [None, None, None]
+    assert third[0] == {"key": "trace", "value": b"t3"}  # its own header stays first
+    assert third[1:] == [
+        {"key": "mail", "value": None},
+        {"key": "user", "value": b"3"},
+        {"key": "where", "value": None},
+    ]
+    copied = run(
+        {
+            "transforms": "h",
+            "transforms.h.type": "HeaderFrom$Key",
+            "transforms.h.fields": "id",
+            "transforms.h.headers": "user",
+            "transforms.h.operation": "copy",
+        },
+        run({"transforms": "k", "transforms.k.type": "ValueToKey", "transforms.k.fields": "id"}),
+    )
+    assert values(copied, "key")[0] == {"id": 1}
+    with pytest.raises(InvalidConfigError, match=r"transforms\.h\.headers"):
+        transforms_from_config(
+            {
+                "transforms": "h",
+                "transforms.h.type": "HeaderFrom$Value",
+                "transforms.h.fields": "a,b",
+                "transforms.h.headers": "x",
+                "transforms.h.operation": "copy",
+            }
+        )
+
+
 def test_header_transforms() -> None:
     out = run(
         {
