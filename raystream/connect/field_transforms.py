@@ -62,7 +62,8 @@ class InsertField(KeyOrValueTransformation):
                 "topic.field, partition.field, offset.field, timestamp.field or "
                 "static.field: set at least one"
             )
-        self.static_value = config.get("static.value")
+        static = config.get("static.value")
+        self.static_value = None if static is None else str(static)
         if config.get("static.field") and self.static_value is None:
             raise InvalidConfigError("static.value: required with static.field")
 
