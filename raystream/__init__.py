@@ -33,7 +33,7 @@ from raystream.types import (
 
 if TYPE_CHECKING:
     from raystream import connect as connectors
-    from raystream import data, mirror, spark, streams
+    from raystream import data, spark, streams
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
     from raystream.client.consumer import Consumer

@@ -105,8 +105,11 @@ class Herder:
             try:
                 self.turn()
             except Exception as error:  # the loop survives: log and go on
-                logger.warning("connect worker %s: %s", self.worker_id,
-                               "".join(traceback.format_exception(error, limit=4)))
+                logger.warning(
+                    "connect worker %s: %s",
+                    self.worker_id,
+                    "".join(traceback.format_exception(error, limit=4)),
+                )
             self._stop.wait(TURN_S)
         self.shutdown()
 

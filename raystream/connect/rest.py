@@ -201,7 +201,9 @@ class RestServer:
         self.port = port
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, name="connect-rest", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="connect-rest", daemon=True
+        )
 
     @property
     def url(self) -> str:

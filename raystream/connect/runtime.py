@@ -35,6 +35,7 @@ The runners use raystream's clients and threads; nothing here imports Ray.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -128,7 +129,9 @@ class Pipeline:
     def to_connect(self, batch: pa.Table) -> pa.Table:
         """Stored key/value -> connect data (a typed value is connect data already)."""
         batch = self._run("KEY_CONVERTER", _column_fn("key", self.key_converter.to_connect), batch)
-        if "value" in batch.column_names and not pa.types.is_struct(batch.schema.field("value").type):
+        if "value" in batch.column_names and not pa.types.is_struct(
+            batch.schema.field("value").type
+        ):
             fn = _column_fn("value", self.value_converter.to_connect)
             batch = self._run("VALUE_CONVERTER", fn, batch)
         return batch
@@ -148,7 +151,9 @@ class Pipeline:
         return failures
 
 
-def _column_fn(name: str, convert: Callable[[pa.Array], pa.Array]) -> Callable[[pa.Table], pa.Table]:
+def _column_fn(
+    name: str, convert: Callable[[pa.Array], pa.Array]
+) -> Callable[[pa.Table], pa.Table]:
     def apply(batch: pa.Table) -> pa.Table:
         if name not in batch.column_names:
             return batch
@@ -166,9 +171,11 @@ def sink_batch(table: pa.Table) -> pa.Table:
     if "value" in table.column_names:
         return table.select([c for c in table.column_names if c != "timestamp_type"])
     own = [c for c in table.column_names if c not in fixed]
-    struct = pa.StructArray.from_arrays(
-        [table.column(c).combine_chunks() for c in own], names=own
-    ) if table.num_rows else pa.array([], pa.struct([table.schema.field(c) for c in own]))
+    struct = (
+        pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in own], names=own)
+        if table.num_rows
+        else pa.array([], pa.struct([table.schema.field(c) for c in own]))
+    )
     base = {c: table.column(c) for c in ("topic", "partition", "offset", "timestamp", "key")}
     return pa.table({**base, "value": struct, "headers": table.column("headers")})
 
@@ -217,8 +224,13 @@ class TaskRunner:
         try:
             self.env.report(state, trace)
         except RaystreamError as error:  # the status topic is unreachable now: log it
-            logger.warning("connect %s-%d: status %s not written: %s", self.env.connector,
-                           self.env.task_id, state, error)
+            logger.warning(
+                "connect %s-%d: status %s not written: %s",
+                self.env.connector,
+                self.env.task_id,
+                state,
+                error,
+            )
 
     def _main(self) -> None:
         task = self.env.task_class()
@@ -231,19 +243,29 @@ class TaskRunner:
             self.finish(task, clean=True)
         except Exception as error:
             trace = "".join(traceback.format_exception(error))
-            logger.error("connect task %s-%d failed: %s", self.env.connector, self.env.task_id, trace)
+            logger.error(
+                "connect task %s-%d failed: %s", self.env.connector, self.env.task_id, trace
+            )
             self._set(FAILED, trace)
             try:
                 self.finish(task, clean=False)
             except Exception as failure:
-                logger.warning("connect task %s-%d: stop failed: %s", self.env.connector,
-                               self.env.task_id, failure)
+                logger.warning(
+                    "connect task %s-%d: stop failed: %s",
+                    self.env.connector,
+                    self.env.task_id,
+                    failure,
+                )
         finally:
             try:
                 task.stop()
             except Exception as error:
-                logger.warning("connect task %s-%d: stop raised %s", self.env.connector,
-                               self.env.task_id, error)
+                logger.warning(
+                    "connect task %s-%d: stop raised %s",
+                    self.env.connector,
+                    self.env.task_id,
+                    error,
+                )
             self.close()
 
     def setup(self, task: Task) -> None:
@@ -377,7 +399,9 @@ class SourceTaskRunner(TaskRunner):
         try:
             result = task.poll()
         except RetriableConnectError as error:
-            logger.info("connect %s-%d poll: %s (retrying)", self.env.connector, self.env.task_id, error)
+            logger.info(
+                "connect %s-%d poll: %s (retrying)", self.env.connector, self.env.task_id, error
+            )
             self._stop.wait(RETRY_BACKOFF_S)
             return
         if result is None or (not isinstance(result, SourceBatch) and not result):
@@ -396,8 +420,12 @@ class SourceTaskRunner(TaskRunner):
         rows = self.pipeline.transform(rows)
         failures = self.pipeline.take_failures()
         if failures:
-            logger.warning("connect %s-%d: %d records dropped by errors.tolerance=all",
-                           self.env.connector, self.env.task_id, len(failures))
+            logger.warning(
+                "connect %s-%d: %d records dropped by errors.tolerance=all",
+                self.env.connector,
+                self.env.task_id,
+                len(failures),
+            )
         if self.exactly_once and not self.in_txn:
             self.producer.begin_transaction()
             self.in_txn, self.txn_started = True, time.monotonic()
@@ -442,7 +470,10 @@ class SourceTaskRunner(TaskRunner):
             return
         due = force or (
             self.boundary == "poll"
-            or (self.boundary == "interval" and time.monotonic() - self.txn_started >= self.interval_s)
+            or (
+                self.boundary == "interval"
+                and time.monotonic() - self.txn_started >= self.interval_s
+            )
             or (self.boundary == "connector" and ctx.commit_requested)
         )
         if not due:
@@ -529,7 +560,9 @@ class SinkTaskRunner(TaskRunner):
         self.topics = [t.strip() for t in topics.split(",") if t.strip()]
         self.regex = re.compile(regex) if regex else None
         self.pipeline = Pipeline(config, env.connector, env.task_id)
-        self.flush_interval_s = int(config.get("offset.flush.interval.ms", OFFSET_FLUSH_INTERVAL_MS)) / 1000
+        self.flush_interval_s = (
+            int(config.get("offset.flush.interval.ms", OFFSET_FLUSH_INTERVAL_MS)) / 1000
+        )
         self.dlq_topic = config.get("errors.deadletterqueue.topic.name", "").strip() or None
         self.consumer = env.cluster.consumer(
             group_id=config.get("consumer.override.group.id", f"connect-{env.connector}"),
@@ -560,7 +593,9 @@ class SinkTaskRunner(TaskRunner):
             if now < self.next_regex_check:
                 return
             self.next_regex_check = now + REGEX_REFRESH_S
-            wanted = sorted(t for t in self.env.cluster.admin().list_topics() if self.regex.fullmatch(t))
+            wanted = sorted(
+                t for t in self.env.cluster.admin().list_topics() if self.regex.fullmatch(t)
+            )
         if wanted != self.subscribed and wanted:
             self.consumer.subscribe(wanted, listener=self.listener)
             self.subscribed = wanted
@@ -614,8 +649,12 @@ class SinkTaskRunner(TaskRunner):
                     task.put_batch(batch)
                     return
                 except RetriableConnectError as error:
-                    logger.info("connect %s-%d put: %s (retrying)", self.env.connector,
-                                self.env.task_id, error)
+                    logger.info(
+                        "connect %s-%d put: %s (retrying)",
+                        self.env.connector,
+                        self.env.task_id,
+                        error,
+                    )
                     if self._stop.is_set():
                         raise
                     if not paused_here:
@@ -633,10 +672,8 @@ class SinkTaskRunner(TaskRunner):
 
         table = dead_letter_batch(failures, self.env.connector, self.env.task_id)
         if self.producer is None:
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 self.env.cluster.admin().create_topic(self.dlq_topic, partitions=1)
-            except TopicAlreadyExistsError:
-                pass
             self.producer = self.env.cluster.producer(acks="all", linger_ms=5)
         self.producer.send_batch(self.dlq_topic, table)
 
@@ -671,10 +708,17 @@ def _next_offsets(batch: pa.Table) -> dict[TopicPartition, int]:
     """``{tp: last offset + 1}`` of a sink batch (rows in partition order)."""
     if batch.num_rows == 0:
         return {}
-    grouped = pa.table(
-        {"topic": batch.column("topic"), "partition": batch.column("partition"),
-         "offset": batch.column("offset")}
-    ).group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    grouped = (
+        pa.table(
+            {
+                "topic": batch.column("topic"),
+                "partition": batch.column("partition"),
+                "offset": batch.column("offset"),
+            }
+        )
+        .group_by(["topic", "partition"])
+        .aggregate([("offset", "max")])
+    )
     return {
         TopicPartition(t, p): o + 1
         for t, p, o in zip(

@@ -28,6 +28,7 @@ The encodings are pure functions; :class:`ConnectStore` is the thin I/O around t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -133,7 +134,9 @@ def parse_status_key(key: str) -> tuple[str, int | None] | None:
 
 def offset_key(connector: str, source_partition: Mapping[str, Any]) -> bytes:
     """The offsets-topic key of a source partition (Kafka Connect's JSON array)."""
-    return json.dumps([connector, dict(source_partition)], sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(
+        [connector, dict(source_partition)], sort_keys=True, separators=(",", ":")
+    ).encode()
 
 
 def parse_offset_key(key: bytes) -> tuple[str, dict[str, Any]] | None:
@@ -159,7 +162,9 @@ def offsets_table(connector: str, offsets: Mapping[str, Mapping[str, Any] | None
     return pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary())})
 
 
-def latest_offsets(rows: Iterable[tuple[bytes | None, bytes | None]], connector: str) -> dict[str, dict]:
+def latest_offsets(
+    rows: Iterable[tuple[bytes | None, bytes | None]], connector: str
+) -> dict[str, dict]:
     """``{partition_id: offset}`` of ``connector`` from offsets-topic records in order
     (the latest record per key wins; a tombstone forgets the partition)."""
     result: dict[str, dict] = {}
@@ -208,10 +213,8 @@ class ConnectStore:
         """Create the three compacted topics unless they exist (one partition each)."""
         admin = self.cluster.admin()
         for topic in (self.configs_topic, self.offsets_topic, self.status_topic):
-            try:
+            with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topic(topic, partitions=1, config={"cleanup.policy": "compact"})
-            except TopicAlreadyExistsError:
-                pass
 
     @property
     def producer(self) -> Any:
@@ -231,7 +234,9 @@ class ConnectStore:
         for future in futures:
             future.get(timeout=READ_TIMEOUT_S)
 
-    def read(self, topic: str, isolation: str = "read_uncommitted") -> list[tuple[int, bytes | None, bytes | None]]:
+    def read(
+        self, topic: str, isolation: str = "read_uncommitted"
+    ) -> list[tuple[int, bytes | None, bytes | None]]:
         """Every ``(offset, key, value)`` of ``topic`` up to its end now."""
         tail = Tail(self.cluster, topic, isolation)
         try:
@@ -289,7 +294,9 @@ class Tail:
             )
         )
 
-    def read_to_end(self, timeout_s: float = READ_TIMEOUT_S) -> list[tuple[int, bytes | None, bytes | None]]:
+    def read_to_end(
+        self, timeout_s: float = READ_TIMEOUT_S
+    ) -> list[tuple[int, bytes | None, bytes | None]]:
         end = self.consumer.end_offsets([self.tp])[self.tp]
         rows: list[tuple[int, bytes | None, bytes | None]] = []
         deadline = time.monotonic() + timeout_s

@@ -10,11 +10,12 @@ connector object of a connector runs on one worker, which writes its task config
 the configs topic; the tasks run spread over all workers.
 
 Worked example (3 workers; connector ``a`` with 2 tasks, ``b`` with 3): one counter
-runs over the connectors in name order and then over their tasks, so::
+runs over the connectors in name order, then over their tasks (a, b, a-0, a-1, b-0,
+b-1, b-2), dealing them to the slots in turn::
 
-    slot 0: connector a, tasks a-1, b-1
-    slot 1: connector b, tasks b-0, b-2      (the counter goes a, b, a-0, a-1, b-0, ...)
-    slot 2: tasks a-0, ...
+    slot 0: connector a, tasks a-1, b-2
+    slot 1: connector b, task b-0
+    slot 2: tasks a-0, b-1
 
 :func:`plan` compares what a worker should run with what it runs and says what to
 stop and start: a unit whose config changed is stopped and started again.
@@ -140,9 +141,7 @@ class Plan:
     start: list[tuple[UnitId, dict[str, str]]]
 
 
-def plan(
-    state: ConfigState, slot: int, running: Mapping[UnitId, Mapping[str, str]]
-) -> Plan:
+def plan(state: ConfigState, slot: int, running: Mapping[UnitId, Mapping[str, str]]) -> Plan:
     """What worker ``slot`` must stop and start so that it runs exactly its share of
     ``assign(state)`` with the current configs (``running``: unit -> its config).
 
@@ -162,9 +161,7 @@ def _order(unit: UnitId) -> tuple[str, int]:
     return unit[0], -1 if unit[1] is None else unit[1]
 
 
-def restart_units(
-    request: RestartRequest, units: Mapping[UnitId, str]
-) -> list[UnitId]:
+def restart_units(request: RestartRequest, units: Mapping[UnitId, str]) -> list[UnitId]:
     """Which of a worker's units ``request`` restarts (``units``: unit -> its state):
     the connector unless ``only_failed`` and it is not FAILED; its tasks too with
     ``include_tasks`` (only the FAILED ones with ``only_failed``)."""

@@ -35,6 +35,8 @@ from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
 
 logger = logging.getLogger(__name__)
 
+START_TIMEOUT_S = 120.0
+
 
 class ConnectorNotFoundError(ConnectError):
     """No connector of that name exists in the worker group (REST answers 404)."""
@@ -46,7 +48,9 @@ class ConnectorExistsError(ConnectError):
 
 def _stringify(config: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(config, Mapping):
-        raise InvalidConfigError(f"a connector config is a mapping of keys to values, got {config!r}")
+        raise InvalidConfigError(
+            f"a connector config is a mapping of keys to values, got {config!r}"
+        )
     out = {}
     for key, value in config.items():
         if not isinstance(key, str) or not key:
@@ -119,7 +123,7 @@ class Workers:
 
         self.store.write(self.store.configs_topic, [(storage.WORKERS_KEY, {"count": num_workers})])
         namespace = self.cluster.namespace
-        for slot in range(num_workers):
+        started = [
             ConnectWorkerActor.options(
                 name=worker_name(self.group_id, slot),
                 namespace=namespace,
@@ -129,6 +133,15 @@ class Workers:
                 max_restarts=-1,
                 max_task_retries=0,
             ).remote(self.cluster, self.group_id, slot, self.extra_plugins)
+            for slot in range(num_workers)
+        ]
+        for slot, actor in enumerate(started):
+            try:
+                ray.get(actor.status.remote(), timeout=START_TIMEOUT_S)
+            except Exception as error:
+                raise ConnectError(
+                    f"connect worker {slot} of group {self.group_id!r} did not start: {error}"
+                ) from None
         for slot in self._slots():
             if slot >= num_workers:
                 with contextlib.suppress(ValueError):
@@ -161,7 +174,9 @@ class Workers:
         result: list[dict[str, Any] | None] = []
         for slot in self._slots():
             try:
-                actor = ray.get_actor(worker_name(self.group_id, slot), namespace=self.cluster.namespace)
+                actor = ray.get_actor(
+                    worker_name(self.group_id, slot), namespace=self.cluster.namespace
+                )
                 result.append(ray.get(actor.status.remote(), timeout=timeout_s))
             except (ValueError, *_call_errors()):
                 result.append(None)
@@ -181,7 +196,11 @@ class Workers:
         actors = []
         for slot in self._slots():
             with contextlib.suppress(ValueError):
-                actors.append(ray.get_actor(worker_name(self.group_id, slot), namespace=self.cluster.namespace))
+                actors.append(
+                    ray.get_actor(
+                        worker_name(self.group_id, slot), namespace=self.cluster.namespace
+                    )
+                )
         refs = [a.stop.remote() for a in actors]
         for ref in refs:
             with contextlib.suppress(Exception):
@@ -225,7 +244,9 @@ class Workers:
         """The config as strings, checked: a plugin, its own ``validate``, the keys the
         runtime reads. Raises InvalidConfigError naming what is wrong."""
         if not isinstance(name, str) or not name or "/" in name:
-            raise InvalidConfigError(f"connector name {name!r} must be a non-empty string without '/'")
+            raise InvalidConfigError(
+                f"connector name {name!r} must be a non-empty string without '/'"
+            )
         config = _stringify(config)
         config.pop("name", None)
         cls = plugin_table.resolve(config.get("connector.class", ""), self.extra_plugins)
@@ -236,11 +257,14 @@ class Workers:
             has_topics = bool(config.get("topics", "").strip())
             if has_topics == bool(config.get("topics.regex", "").strip()):
                 raise InvalidConfigError(
-                    f"connector {name!r}: a sink connector needs exactly one of topics and topics.regex"
+                    f"connector {name!r}: a sink connector needs exactly one of topics and "
+                    "topics.regex"
                 )
         eos = config.get("exactly.once.support", "requested")
         if eos not in ("requested", "required"):
-            raise InvalidConfigError(f"exactly.once.support={eos!r}: expected requested or required")
+            raise InvalidConfigError(
+                f"exactly.once.support={eos!r}: expected requested or required"
+            )
         connector = cls()
         if eos == "required" and not (
             issubclass(cls, SourceConnector) and connector.exactly_once_support(config)
@@ -321,7 +345,9 @@ class Workers:
 
     def _target(self, name: str, target: str) -> None:
         self._require(name)
-        self.store.write(self.store.configs_topic, [(storage.target_state_key(name), {"state": target})])
+        self.store.write(
+            self.store.configs_topic, [(storage.target_state_key(name), {"state": target})]
+        )
 
     def pause(self, name: str) -> None:
         """Pause the connector and its tasks (they stay assigned, do no work)."""
@@ -337,7 +363,12 @@ class Workers:
         self._require(name)
         self.store.write(
             self.store.configs_topic,
-            [(storage.restart_key(name), {"include-tasks": include_tasks, "only-failed": only_failed})],
+            [
+                (
+                    storage.restart_key(name),
+                    {"include-tasks": include_tasks, "only-failed": only_failed},
+                )
+            ],
         )
 
     def delete(self, name: str) -> None:
