@@ -89,6 +89,7 @@ def test_a_source_feeds_a_sink_through_a_topic(
             "topics": topic,
             "dir": str(tmp_path),
             "retriable.failures": 1,  # each task's first put is refused: handed again
+            "offset.flush.interval.ms": 500,
             **BYTES,
         },
     )
@@ -103,8 +104,12 @@ def test_a_source_feeds_a_sink_through_a_topic(
         {"connector": "append-a", "task": 0},
         {"connector": "append-a", "task": 1},
     ]
-    group = shared_cluster.admin().describe_group("connect-append-a")
-    assert sum(group.offsets.values()) == 300  # committed by pre_commit
+    admin = shared_cluster.admin()
+    wait_until(
+        lambda: sum(admin.describe_group("connect-append-a").offsets.values()) == 300,
+        30,
+        "the sink's offsets committed after pre_commit",
+    )
     workers.delete("append-a")
     wait_until(lambda: "append-a" not in workers.list(), 10, "append-a deleted")
 
@@ -262,7 +267,8 @@ def test_the_cli_manages_connectors(
     topic = make_topic()
     properties = tmp_path / "cli-a.properties"
     properties.write_text(
-        f"name=cli-a\nconnector.class=CountingSource\ntopic={topic}\ncount=3\n"
+        # The dotted path: this process imports it, the workers know it from their plugins.
+        f"name=cli-a\nconnector.class=tiny_connectors.CountingSource\ntopic={topic}\ncount=3\n"
         "key.converter=bytes\nvalue.converter=bytes\n"
     )
     base = ["--namespace", workers.cluster.namespace, "connect", "--group", GROUP]
