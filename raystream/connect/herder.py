@@ -84,7 +84,7 @@ class Herder:
         self.worker_id = f"{socket.gethostname()}/{group_id}-{slot}"
         self.store = storage.ConnectStore(cluster, group_id)
         self.state = ConfigState()
-        self.running: dict[UnitId, dict[str, str]] = {}
+        self.running: dict[UnitId, dict[str, Any]] = {}
         self.connectors: dict[str, _ConnectorUnit] = {}
         self.tasks: dict[tuple[str, int], TaskRunner] = {}
         self.caught_up = False
@@ -169,13 +169,13 @@ class Herder:
 
     # ------------------------------------------------------------------ units
 
-    def _start_unit(self, unit: UnitId, config: dict[str, str]) -> None:
+    def _start_unit(self, unit: UnitId, config: dict[str, Any]) -> None:
         name, task = unit
         self.running[unit] = config
-        connector_config = self.state.connectors[name]
         if task is None:
             self._start_connector(name, config)
             return
+        connector_config, task_config = config["connector"], config["task"]
         try:
             cls = resolve(connector_config.get("connector.class", ""), self.plugins)
             task_class = cls().task_class()
@@ -188,7 +188,7 @@ class Herder:
             connector=name,
             task_id=task,
             connector_config=dict(connector_config),
-            task_config=dict(config),
+            task_config=dict(task_config),
             task_class=task_class,
             report=lambda state, trace, unit=unit: self._report(unit, state, trace),
         )

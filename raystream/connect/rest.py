@@ -158,9 +158,7 @@ def make_app(workers: Any) -> web.Application:
         return _error(404, f"connector {name!r} has no task {task}")
 
     async def task_restart(request: web.Request) -> web.Response:
-        # Kafka restarts one task; the restart request here names the connector's
-        # failed tasks, which is what a user restarting a task wants nearly always.
-        await call(workers.restart, request.match_info["name"], True, True)
+        await call(workers.restart, request.match_info["name"], False, False, task_id(request))
         return web.Response(status=204)
 
     async def delete(request: web.Request) -> web.Response:

@@ -52,6 +52,7 @@ class RestartRequest:
     connector: str
     include_tasks: bool = False
     only_failed: bool = False
+    task: int | None = None  # ``POST .../tasks/{task}/restart``: that task alone
 
 
 @dataclass
@@ -95,8 +96,12 @@ class ConfigState:
                 ]
         elif kind == "restart":
             if value is not None and name in self.connectors:
+                task = value.get("task")
                 return RestartRequest(
-                    name, bool(value.get("include-tasks")), bool(value.get("only-failed"))
+                    name,
+                    bool(value.get("include-tasks")),
+                    bool(value.get("only-failed")),
+                    None if task is None else int(task),
                 )
         elif kind == "workers" and value is not None:
             self.worker_count = max(1, int(value["count"]))
@@ -127,32 +132,39 @@ def assign(state: ConfigState, worker_count: int | None = None) -> dict[int, lis
     return result
 
 
-def unit_config(state: ConfigState, unit: UnitId) -> dict[str, str] | None:
-    """The config a unit runs with (the connector's, or its task's), None if gone."""
+def unit_config(state: ConfigState, unit: UnitId) -> dict[str, Any] | None:
+    """What a unit runs with, None if it is gone: a connector's config, or for a task
+    ``{"connector": connector config, "task": task config}`` (a task runs its
+    connector's converters, transforms and error policy, so a change of either
+    restarts it)."""
     name, task = unit
     if name not in state.connectors:
         return None
     if task is None:
         return state.connectors[name]
     tasks = state.tasks(name)
-    return tasks[task] if task < len(tasks) else None
+    if task >= len(tasks):
+        return None
+    return {"connector": state.connectors[name], "task": tasks[task]}
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a worker changes: units to stop, then units to start (with their configs)."""
+    """What a worker changes: units to stop, then units to start (with their configs,
+    as :func:`unit_config` gives them)."""
 
     stop: list[UnitId]
-    start: list[tuple[UnitId, dict[str, str]]]
+    start: list[tuple[UnitId, dict[str, Any]]]
 
 
-def plan(state: ConfigState, slot: int, running: Mapping[UnitId, Mapping[str, str]]) -> Plan:
+def plan(state: ConfigState, slot: int, running: Mapping[UnitId, Mapping[str, Any]]) -> Plan:
     """What worker ``slot`` must stop and start so that it runs exactly its share of
-    ``assign(state)`` with the current configs (``running``: unit -> its config).
+    ``assign(state)`` with the current configs (``running``: unit -> its
+    :func:`unit_config` when started).
 
     A slot beyond the group's count runs nothing.
     """
-    wanted: dict[UnitId, dict[str, str]] = {}
+    wanted: dict[UnitId, dict[str, Any]] = {}
     for unit in assign(state).get(slot, []):
         config = unit_config(state, unit)
         if config is not None:
@@ -169,11 +181,16 @@ def _order(unit: UnitId) -> tuple[str, int]:
 def restart_units(request: RestartRequest, units: Mapping[UnitId, str]) -> list[UnitId]:
     """Which of a worker's units ``request`` restarts (``units``: unit -> its state):
     the connector unless ``only_failed`` and it is not FAILED; its tasks too with
-    ``include_tasks`` (only the FAILED ones with ``only_failed``)."""
+    ``include_tasks`` (only the FAILED ones with ``only_failed``); a request naming a
+    task restarts that task alone."""
     chosen = []
     for unit, status in units.items():
         name, task = unit
         if name != request.connector:
+            continue
+        if request.task is not None:
+            if task == request.task:
+                chosen.append(unit)
             continue
         if task is not None and not request.include_tasks:
             continue

@@ -290,19 +290,22 @@ class Workers:
         """Resume a paused connector."""
         self._target(name, STARTED)
 
-    def restart(self, name: str, include_tasks: bool = False, only_failed: bool = False) -> None:
+    def restart(
+        self,
+        name: str,
+        include_tasks: bool = False,
+        only_failed: bool = False,
+        task: int | None = None,
+    ) -> None:
         """Restart the connector object (and its tasks with ``include_tasks``; only the
-        failed ones with ``only_failed``), KIP-745's request."""
-        self._require(name)
-        self.store.write(
-            self.store.configs_topic,
-            [
-                (
-                    storage.restart_key(name),
-                    {"include-tasks": include_tasks, "only-failed": only_failed},
-                )
-            ],
-        )
+        failed ones with ``only_failed``), KIP-745's request; or task ``task`` alone."""
+        state = self._require(name)
+        request: dict[str, Any] = {"include-tasks": include_tasks, "only-failed": only_failed}
+        if task is not None:
+            if not 0 <= task < len(state.tasks(name)):
+                raise ConnectorNotFoundError(f"connector {name!r} has no task {task}")
+            request["task"] = task
+        self.store.write(self.store.configs_topic, [(storage.restart_key(name), request)])
 
     def delete(self, name: str) -> None:
         """Delete the connector: its workers stop it; its source offsets stay (a new

@@ -125,7 +125,15 @@ def test_plan_starts_missing_units_restarts_changed_ones_and_stops_the_rest() ->
     state.apply(51, storage.commit_key("a"), {"tasks": 1})
     changed = plan(state, 0, running)
     assert changed.stop == [("a", 1)] and changed.start == []
-    state.apply(52, storage.WORKERS_KEY, {"count": 2})
+    running.pop(("a", 1))
+    state.apply(53, storage.connector_key("a"), {"properties": {"connector.class": "Y"}})
+    reconfigured = plan(state, 0, running)  # the connector and its task run the new config
+    assert reconfigured.stop == [("a", None), ("a", 0)]
+    assert reconfigured.start[1] == (
+        ("a", 0),
+        {"connector": {"connector.class": "Y"}, "task": {"i": "0"}},
+    )
+    state.apply(54, storage.WORKERS_KEY, {"count": 2})
     moved = plan(state, 1, {})
     assert [u for u, _ in moved.start] == [("a", 0)]
 
@@ -139,6 +147,7 @@ def test_restart_requests_pick_units_as_kip_745_says() -> None:
         ("a", 1),
     ]
     assert restart_units(RestartRequest("a", True, only_failed=True), units) == [("a", 0)]
+    assert restart_units(RestartRequest("a", task=1), units) == [("a", 1)]
 
 
 def test_status_documents_have_kafka_connects_shape() -> None:

@@ -274,6 +274,8 @@ def test_the_rest_api_answers_in_kafka_connects_shapes(
         )
         assert http.put("/connectors/rest-a/resume").status_code == 202
         assert http.post("/connectors/rest-a/restart").status_code == 204
+        assert http.post("/connectors/rest-a/tasks/0/restart").status_code == 204
+        assert http.post("/connectors/rest-a/tasks/9/restart").status_code == 404
         updated = http.put("/connectors/rest-a/config", json={**config, "count": "7"})
         assert updated.status_code == 200 and updated.json()["config"]["count"] == "7"
         assert http.delete("/connectors/rest-a").status_code == 204
