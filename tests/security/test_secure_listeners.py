@@ -338,3 +338,29 @@ def test_scram_credentials_through_kafka_admin_clients(secure) -> None:
     for future in admin.alter_user_scram_credentials([deletion]).values():
         future.result(30)
     assert secure["cluster"].admin().describe_user_scram_credentials(["frank"]) == {"frank": []}
+
+
+def test_a_new_users_first_login_succeeds(secure) -> None:
+    """The login that makes the listener fetch the new credentials uses them (it
+    once checked against the cache of its connection's start and was refused)."""
+    from kafka import KafkaProducer
+
+    from raystream.actors.kafka_listener import CREDENTIALS_TTL_S
+
+    secure["cluster"].admin().alter_user_scram_credentials("grace", "SCRAM-SHA-512", "grace-pw")
+    time.sleep(CREDENTIALS_TTL_S)  # the listener's cache is due a refresh
+    port = port_of(secure["sasl_ssl"])
+    failures = listener_stats(secure)[port]["auth_failures"]
+    producer = KafkaProducer(  # kafka-python does not retry a refused login
+        bootstrap_servers=secure["sasl_ssl"],
+        security_protocol="SASL_SSL",
+        ssl_cafile=secure["ca"],
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="grace",
+        sasl_plain_password="grace-pw",
+        max_block_ms=10_000,
+    )
+    producer.send("secured", b"grace").get(timeout=30)
+    producer.close()
+    assert listener_stats(secure)[port]["auth_failures"] == failures
+    assert "User:grace" in listener_principals(secure)[port]
