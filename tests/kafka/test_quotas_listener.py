@@ -5,9 +5,6 @@ client id of this module only and is removed at the end."""
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import threading
 import time
 import uuid
@@ -15,44 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from raystream.kafka.codec import build, request_schema, response_schema
+from wire_helpers import call
 
 QUOTA = 1_048_576  # 1 MiB/s
 VALUE_BYTES = 10_000
-
-
-def _call(bootstrap: str, api_key: int, version: int, values: dict) -> Any:
-    """One request with kio's classes over a socket; the decoded response."""
-    from kio.schema.request_header.v2.header import RequestHeader
-    from kio.serial import entity_reader, entity_writer
-
-    schema = request_schema(api_key, version)
-    buffer = io.BytesIO()
-    entity_writer(RequestHeader)(
-        buffer,
-        RequestHeader(
-            request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="t"
-        ),
-    )
-    entity_writer(schema)(buffer, build(schema, values))
-    frame = buffer.getvalue()
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        answer = _read(sock, size)
-    return entity_reader(response_schema(api_key, version))(answer, 5)[0]
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def test_kafka_quota_apis_alter_describe_and_refuse_bad_entries(
@@ -60,7 +23,7 @@ def test_kafka_quota_apis_alter_describe_and_refuse_bad_entries(
 ) -> None:
     client = f"q-api-{uuid.uuid4().hex[:6]}"
     entity = [{"entity_type": "client-id", "entity_name": client}]
-    answer = _call(
+    answer = call(
         bootstrap,
         49,
         1,
@@ -85,7 +48,7 @@ def test_kafka_quota_apis_alter_describe_and_refuse_bad_entries(
         assert admin.describe_client_quotas([("client-id", client)]) == {
             ("client-id", client): {"consumer_byte_rate": 2048.0}
         }
-        found = _call(
+        found = call(
             bootstrap,
             48,
             1,
