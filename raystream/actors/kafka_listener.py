@@ -61,7 +61,7 @@ from raystream.security.oauth import load_validator
 from raystream.security.principal import certificate_principal, parse_mapping_rules, subject_dn
 from raystream.security.quotas import QuotaManager
 from raystream.security.sasl import OAUTHBEARER, SaslSession, parse_mechanisms
-from raystream.security.scram import CredentialStore
+from raystream.security.scram import CredentialStore, ScramCredential
 from raystream.security.tls import TlsConfig, TlsSettings
 from raystream.transport import CALL_ERRORS, send
 
@@ -197,7 +197,7 @@ class KafkaListener:
             def sasl() -> SaslSession:
                 return SaslSession(
                     mechanisms,
-                    self._credentials.lookup,
+                    self._lookup_credential,
                     validator,
                     config.connections_max_reauth_ms,
                 )
@@ -218,6 +218,12 @@ class KafkaListener:
         dynamic update; a changed file is also picked up by itself at the next
         handshake); how many were rebuilt."""
         return sum(live.reload() for live in self._tls)
+
+    def _lookup_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """The user's SCRAM credential in the cache as it is now: a session holds this,
+        not the cache of its connection's start, because :meth:`refresh_credentials`
+        (at the session's own handshake) replaces the cache."""
+        return self._credentials.lookup(user, mechanism)
 
     async def refresh_credentials(self) -> None:
         """Fetch the SCRAM credentials from the controller if the cache is older than

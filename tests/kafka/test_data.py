@@ -5,7 +5,6 @@ raystream's own clients on the other side."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import threading
 import time
@@ -14,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from wire_helpers import call, calls
 
-from raystream.kafka.codec import build, request_schema, response_schema
 from raystream.types import TopicPartition
 
 # --------------------------------------------------------------------- helpers
@@ -135,61 +134,6 @@ def _expected(records: list, partitions: int) -> list:
 # --------------------------------------------------------- raw protocol helpers
 
 
-def _call(bootstrap: str, api_key: int, version: int, values: dict) -> Any:
-    """One request with kio's classes over a socket; the decoded response."""
-    return _calls(bootstrap, api_key, version, [values])[0]
-
-
-def _calls(bootstrap: str, api_key: int, version: int, requests: list[dict]) -> list[Any]:
-    """Requests with kio's classes, pipelined on one connection (all written before the
-    first answer is read); the decoded responses, in order."""
-    import io
-
-    from kio.schema.request_header.v1.header import RequestHeader as V1
-    from kio.schema.request_header.v2.header import RequestHeader as V2
-    from kio.serial import entity_reader, entity_writer
-
-    schema = request_schema(api_key, version)
-    header_type = V2 if schema.__flexible__ else V1
-    frames = []
-    for correlation_id, values in enumerate(requests):
-        buffer = io.BytesIO()
-        entity_writer(header_type)(
-            buffer,
-            header_type(
-                request_api_key=api_key,
-                request_api_version=version,
-                correlation_id=correlation_id,
-                client_id="test",
-            ),
-        )
-        entity_writer(schema)(buffer, build(schema, values))
-        frame = buffer.getvalue()
-        frames.append(struct.pack(">i", len(frame)) + frame)
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    response = response_schema(api_key, version)
-    skip = 5 if response.__flexible__ else 4  # correlation id (+ empty tagged fields)
-    answers = []
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"".join(frames))
-        for correlation_id in range(len(requests)):
-            size = struct.unpack(">i", _read(sock, 4))[0]
-            answer = _read(sock, size)
-            assert struct.unpack_from(">i", answer)[0] == correlation_id
-            answers.append(entity_reader(response)(answer, skip)[0])
-    return answers
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
 def _fetch(
     bootstrap: str, topic: str, offset: int, max_wait_ms: int, partitions: int = 1, **extra
 ) -> Any:
@@ -212,7 +156,7 @@ def _fetch(
         ],
         **extra,
     }
-    answers = _call(bootstrap, 1, 12, values).responses[0].partitions
+    answers = call(bootstrap, 1, 12, values).responses[0].partitions
     return answers[0] if partitions == 1 else answers
 
 
@@ -388,7 +332,7 @@ def test_fetch_past_the_log_end_is_offset_out_of_range(
     topic = kafka_topic(partitions=1)
     answer = _fetch(bootstrap, topic, 1000, max_wait_ms=0)
     assert answer.error_code == ErrorCode.offset_out_of_range
-    missing = _call(
+    missing = call(
         bootstrap,
         1,
         12,
@@ -406,11 +350,11 @@ def test_fetch_past_the_log_end_is_offset_out_of_range(
     assert missing.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
     # Fetch v13+ names topics by id: the id Metadata gives, and an unknown one.
-    (described,) = _call(
+    (described,) = call(
         bootstrap, 3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
     ).topics
     unknown = uuid.uuid4()
-    by_id = _call(
+    by_id = call(
         bootstrap,
         1,
         16,
@@ -483,7 +427,7 @@ def test_offset_for_leader_epoch_answers_the_leader_s_epoch_end(
         producer.send(topic, value=b"x", partition=0)
     producer.flush(30)
     producer.close()
-    answer = _call(
+    answer = call(
         bootstrap,
         23,
         4,
@@ -539,7 +483,7 @@ def test_a_resent_idempotent_batch_is_written_once_and_a_gap_is_refused(
     from kio.static.primitive import TZAwareMicros
 
     topic = kafka_topic(partitions=1)
-    ids = _call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
+    ids = call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
     assert ids.error_code == 0 and ids.producer_id >= 0
 
     def batch(sequence: int, count: int) -> bytes:
@@ -562,7 +506,7 @@ def test_a_resent_idempotent_batch_is_written_once_and_a_gap_is_refused(
         return buffer.getvalue()
 
     def produce(data: bytes) -> Any:
-        answer = _call(
+        answer = call(
             bootstrap,
             0,
             9,
@@ -651,7 +595,7 @@ def test_pipelined_produce_requests_are_coalesced_and_answered_each_in_order(
     keep their own sequences (a resent one is answered with its first offset and stored
     once); a corrupt batch is refused alone."""
     topic = kafka_topic(partitions=1)
-    ids = _call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
+    ids = call(bootstrap, 22, 4, {"transactional_id": None, "transaction_timeout": 60_000})
     producer = (ids.producer_id, ids.producer_epoch)
     payloads, expected, stored = [], [], []  # expected: base offset or error code
     sequence, next_offset, idempotent_at = 0, 0, {}
@@ -676,7 +620,7 @@ def test_pipelined_produce_requests_are_coalesced_and_answered_each_in_order(
         expected.append(next_offset)
         next_offset += len(values)
         stored += values
-    answers = _calls(
+    answers = calls(
         bootstrap,
         0,
         9,

@@ -9,9 +9,6 @@ sync and heartbeats, so membership is tested through ``assignment()``.
 
 from __future__ import annotations
 
-import io
-import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,8 +16,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from wire_helpers import KafkaSocket
 
-from raystream.kafka.codec import request_schema, response_schema
+from raystream.kafka.codec import request_schema
 from raystream.types import TopicPartition
 
 FAST = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 200}
@@ -120,45 +118,9 @@ def test_kafka_python_members_split_partitions_and_commit(
             consumer.close(autocommit=False)
 
 
-def _connect(bootstrap: str) -> socket.socket:
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=30)
-
-
-def _call(sock: socket.socket, api_key: int, version: int, **fields: Any) -> Any:
+def _call(conn: KafkaSocket, api_key: int, version: int, **fields: Any) -> Any:
     """A request built from kio's class for that version, and its decoded answer."""
-    from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
-    from kio.schema.response_header.v1.header import ResponseHeader as ResponseV1
-    from kio.serial import entity_reader, entity_writer
-
-    schema = request_schema(api_key, version)
-    buffer = io.BytesIO()
-    entity_writer(HeaderV2)(
-        buffer,
-        HeaderV2(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=3,
-            client_id="raw",
-        ),
-    )
-    entity_writer(schema)(buffer, schema(**fields))
-    frame = buffer.getvalue()
-    sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _read(sock, 4))[0]
-    answer = _read(sock, size)
-    _, used = entity_reader(ResponseV1)(answer, 0)
-    return entity_reader(response_schema(api_key, version))(answer, used)[0]
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
+    return conn.call(api_key, version, request_schema(api_key, version)(**fields))
 
 
 def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
@@ -170,13 +132,13 @@ def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
     from kio.schema.sync_group.v5.request import SyncGroupRequestAssignment
 
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    with _connect(bootstrap) as sock:
-        found = _call(sock, 10, 4, key_type=0, coordinator_keys=("a", "b"))
+    with KafkaSocket(bootstrap) as conn:
+        found = _call(conn, 10, 4, key_type=0, coordinator_keys=("a", "b"))
         assert [(c.key, c.error_code, c.host, c.port) for c in found.coordinators] == [
             ("a", ErrorCode.none, host, int(port)),
             ("b", ErrorCode.none, host, int(port)),
         ]
-        txn = _call(sock, 10, 4, key_type=1, coordinator_keys=("tx",))
+        txn = _call(conn, 10, 4, key_type=1, coordinator_keys=("tx",))
         assert (txn.coordinators[0].error_code, txn.coordinators[0].port) == (
             ErrorCode.none,
             int(port),
@@ -191,9 +153,9 @@ def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
             "protocol_type": "consumer",
             "protocols": (JoinGroupRequestProtocol(name="range", metadata=b"meta"),),
         }
-        first = _call(sock, 11, 9, **join)
+        first = _call(conn, 11, 9, **join)
         assert first.error_code == ErrorCode.member_id_required and first.member_id
-        joined = _call(sock, 11, 9, **{**join, "member_id": first.member_id})
+        joined = _call(conn, 11, 9, **{**join, "member_id": first.member_id})
         assert (joined.error_code, joined.leader, joined.protocol_name) == (
             ErrorCode.none,
             first.member_id,
@@ -202,7 +164,7 @@ def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
         assert [(m.member_id, m.metadata) for m in joined.members] == [(first.member_id, b"meta")]
         member, generation = first.member_id, joined.generation_id
         synced = _call(
-            sock,
+            conn,
             14,
             5,
             group_id="raw",
@@ -213,12 +175,12 @@ def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
             assignments=(SyncGroupRequestAssignment(member_id=member, assignment=b"mine"),),
         )
         assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"mine")
-        beat = _call(sock, 12, 4, group_id="raw", generation_id=generation, member_id=member)
+        beat = _call(conn, 12, 4, group_id="raw", generation_id=generation, member_id=member)
         assert beat.error_code == ErrorCode.none
-        stale = _call(sock, 12, 4, group_id="raw", generation_id=generation + 7, member_id=member)
+        stale = _call(conn, 12, 4, group_id="raw", generation_id=generation + 7, member_id=member)
         assert stale.error_code == ErrorCode.illegal_generation
         left = _call(
-            sock,
+            conn,
             13,
             5,
             group_id="raw",
@@ -228,7 +190,7 @@ def test_raw_find_coordinator_join_sync_heartbeat_leave(bootstrap: str) -> None:
             ErrorCode.none,
             ErrorCode.unknown_member_id,
         ]
-        groups = _call(sock, 15, 5, groups=("raw", "never"), include_authorized_operations=False)
+        groups = _call(conn, 15, 5, groups=("raw", "never"), include_authorized_operations=False)
         assert [(g.group_state, g.protocol_type) for g in groups.groups] == [
             ("Empty", "consumer"),
             ("Dead", ""),
@@ -247,9 +209,9 @@ def test_a_kafka_client_cannot_join_a_raystream_assigned_group(
     consumer = kafka_cluster.consumer(topic, group_id="rs-owned")
     try:
         consumer.poll(timeout_ms=100)
-        with _connect(bootstrap) as sock:
+        with KafkaSocket(bootstrap) as conn:
             answer = _call(
-                sock,
+                conn,
                 11,
                 6,
                 group_id="rs-owned",

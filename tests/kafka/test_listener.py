@@ -4,40 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import struct
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from wire_helpers import KafkaSocket
 
 from raystream.errors import IllegalStateError
 from raystream.kafka.apis import APIS
 from raystream.kafka.codec import build, decode_request, encode_response, response_schema
-
-
-def _connect(bootstrap: str) -> socket.socket:
-    host, port = bootstrap.split(",")[0].rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=10)
-
-
-def _request(sock: socket.socket, api_key: int, version: int, body: bytes) -> bytes:
-    """Send a raw request (header v1, client id "t") and read the whole answer frame."""
-    header = struct.pack(">hhih", api_key, version, 7, 1) + b"t"
-    frame = header + body
-    sock.sendall(struct.pack(">i", len(frame)) + frame)
-    size = struct.unpack(">i", _read(sock, 4))[0]
-    return _read(sock, size)
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 def test_metadata_names_the_listener_and_the_leaders_for_three_clients(
@@ -75,19 +51,19 @@ def test_metadata_names_the_listener_and_the_leaders_for_three_clients(
 
 
 def test_api_versions_lists_the_table_and_unknown_versions_are_answered(bootstrap: str) -> None:
-    with _connect(bootstrap) as sock:
+    with KafkaSocket(bootstrap, timeout_s=10) as conn:
         # ApiVersions v0: the supported table.
-        answer = _request(sock, 18, 0, b"")
+        answer = conn.raw(18, 0, b"")
         correlation, error, count = struct.unpack_from(">ihi", answer)
         assert (correlation, error, count) == (7, 0, len(APIS))
         # A version past the table: UNSUPPORTED_VERSION in v0 with the table; the
         # connection stays open.
-        answer = _request(sock, 18, 99, b"")
+        answer = conn.raw(18, 99, b"")
         assert struct.unpack_from(">ih", answer) == (7, 35)
         # An API the listener does not serve (ElectLeaders v1 has a top-level error).
-        answer = _request(sock, 43, 1, b"")
+        answer = conn.raw(43, 1, b"")
         assert struct.unpack_from(">iih", answer)[2] == 35
-        assert _request(sock, 18, 0, b"")[:4] == struct.pack(">i", 7)
+        assert conn.raw(18, 0, b"")[:4] == struct.pack(">i", 7)
 
 
 def test_hostile_bytes_close_that_connection_only(bootstrap: str) -> None:
@@ -102,17 +78,16 @@ def test_hostile_bytes_close_that_connection_only(bootstrap: str) -> None:
         frame = struct.pack(">hhih", 3, rng.choice([0, 5, 12]), 1, 1) + b"x" + body
         bad_frames.append(struct.pack(">i", len(frame)) + frame)
     for frame in bad_frames:
-        with _connect(bootstrap) as sock:
-            sock.sendall(frame)
-            sock.settimeout(10)
+        with KafkaSocket(bootstrap, timeout_s=10) as conn:
+            conn.sock.sendall(frame)
             try:
-                while sock.recv(65536):
+                while conn.sock.recv(65536):
                     pass
             except (ConnectionError, TimeoutError):
                 pass
     # The listener still answers.
-    with _connect(bootstrap) as sock:
-        assert struct.unpack_from(">ih", _request(sock, 18, 0, b"")) == (7, 0)
+    with KafkaSocket(bootstrap, timeout_s=10) as conn:
+        assert struct.unpack_from(">ih", conn.raw(18, 0, b"")) == (7, 0)
 
 
 def test_a_cluster_without_listeners_says_so(shared_cluster: Any) -> None:

@@ -6,17 +6,14 @@ transaction, as raystream's Admin then sees them."""
 from __future__ import annotations
 
 import datetime
-import io
 import itertools
-import socket
-import struct
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from wire_helpers import KafkaSocket
 
 from raystream.errors import GroupIdNotFoundError, InvalidProducerEpochError, ProducerFencedError
-from raystream.kafka.codec import build, request_schema, response_schema
 from raystream.kafka.txn import kafka_code
 from raystream.types import TopicPartition
 
@@ -28,61 +25,9 @@ INVALID_TRANSACTION_TIMEOUT = 50
 _ids = itertools.count()
 
 
-class KafkaSocket:
-    """One connection speaking kio entities: ``ask(api_key, version, **fields)``."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.split(",")[0].rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=180)
-        self.correlation = 0
-
-    def ask(self, api_key: int, version: int, **fields: Any) -> Any:
-        from kio.schema.request_header.v1.header import RequestHeader as V1
-        from kio.schema.request_header.v2.header import RequestHeader as V2
-        from kio.schema.response_header.v0.header import ResponseHeader as R0
-        from kio.schema.response_header.v1.header import ResponseHeader as R1
-        from kio.serial import entity_reader, entity_writer
-
-        schema = request_schema(api_key, version)
-        self.correlation += 1
-        buffer = io.BytesIO()
-        header_type = V2 if schema.__flexible__ else V1
-        entity_writer(header_type)(
-            buffer,
-            header_type(
-                request_api_key=api_key,
-                request_api_version=version,
-                correlation_id=self.correlation,
-                client_id="kadmin-test",
-            ),
-        )
-        entity_writer(schema)(buffer, build(schema, fields))
-        frame = buffer.getvalue()
-        self.sock.sendall(struct.pack(">i", len(frame)) + frame)
-        size = struct.unpack(">i", self._read(4))[0]
-        answer = self._read(size)
-        response = response_schema(api_key, version)
-        header, used = entity_reader(R1 if response.__flexible__ else R0)(answer, 0)
-        assert header.correlation_id == self.correlation
-        body, _ = entity_reader(response)(answer, used)
-        return body
-
-    def _read(self, n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = self.sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the listener closed the connection")
-            data += chunk
-        return data
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def kafka(bootstrap: str) -> Any:
-    conn = KafkaSocket(bootstrap)
+    conn = KafkaSocket(bootstrap, timeout_s=180, client_id="kadmin-test")
     yield conn
     conn.close()
 

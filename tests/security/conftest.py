@@ -1,5 +1,6 @@
 """Test certificates (a CA, server and client certificates) and JWT keys, made with
-``cryptography`` in a temporary directory: nothing is checked in."""
+``cryptography`` in a temporary directory (nothing is checked in), and the secured
+clusters of the listener tests (a broker config of their own each, one per module)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime
 import ipaddress
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,3 +153,30 @@ def jwt_issuer(tmp_path_factory) -> JwtIssuer:
 def issue(pki: Pki) -> Callable[..., tuple[str, str]]:
     """``issue(name, common_name, hosts=())`` -> (cert path, key path)."""
     return pki.issue
+
+
+@pytest.fixture(scope="module")
+def module_cluster(
+    start_local_ray: Callable[[], None], request, tmp_path_factory
+) -> Iterator[Callable[[dict[str, Any]], Any]]:
+    """``module_cluster(broker_config)`` -> a raystream cluster on the session's Ray
+    for the whole module (namespace and data dir of its own), shut down after the
+    module: the secured listeners need broker settings the package's clusters lack."""
+    from raystream.client.cluster import connect
+
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    made: list[Any] = []
+
+    def make(broker_config: dict[str, Any]) -> Any:
+        start_local_ray()
+        cluster = connect(
+            namespace=f"{module}-{len(made)}-{os.getpid()}",
+            data_dir=str(tmp_path_factory.mktemp(f"{module}-data")),
+            broker_config=broker_config,
+        )
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.shutdown()

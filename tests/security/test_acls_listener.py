@@ -8,10 +8,9 @@ manages the ACLs the tests need. Each test uses topics and groups of its own.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,22 +22,15 @@ ANON = "User:ANONYMOUS"
 
 
 @pytest.fixture(scope="module")
-def secure_cluster(start_local_ray: Callable[[], None], tmp_path_factory) -> Iterator[Any]:
+def secure_cluster(module_cluster: Callable[[dict[str, Any]], Any]) -> Any:
     """A cluster whose listener checks ACLs (Kafka's StandardAuthorizer named)."""
-    from raystream.client.cluster import connect
-
-    start_local_ray()
-    cluster = connect(
-        namespace=f"acls-{os.getpid()}",
-        data_dir=str(tmp_path_factory.mktemp("acl-data")),
-        broker_config={
+    return module_cluster(
+        {
             "listeners": "PLAINTEXT://127.0.0.1:0",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:admin",
-        },
+        }
     )
-    yield cluster
-    cluster.shutdown()
 
 
 @pytest.fixture(scope="module")

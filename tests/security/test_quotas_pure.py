@@ -3,6 +3,8 @@ precedence, its sampled Rate and its throttle time."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from raystream.errors import InvalidRequestError
@@ -162,6 +164,39 @@ def test_a_greedy_client_averages_its_quota() -> None:
     rate = sent / (clock.now - start)
     assert throttled > 0
     assert 0.8e6 <= rate <= 1.2e6, rate
+
+
+@pytest.mark.parametrize("bytes_per_s", [2e6, 30e6])
+@pytest.mark.parametrize("delay_s", [0.0, 0.7, 3.0])
+def test_a_flat_out_client_over_two_window_spans_after_the_first(
+    bytes_per_s: float, delay_s: float
+) -> None:
+    """The listener test's measure, in fake time: a client sending 64 kB requests flat
+    out (a listener taking ``bytes_per_s``, the first request ``delay_s`` after the
+    start) bursts ten seconds' worth each time its burst's samples expire, never sooner
+    than 11 s after the burst before began; so (11 s, 33 s] holds two whole bursts and
+    averages the quota, wherever the bursts fall."""
+    quota = 1_048_576.0
+    clock = Clock()
+    start = clock.now
+    manager = QuotaManager(clock=clock)
+    manager.update({(("client-id", "flat-out"),): {PRODUCER_BYTE_RATE: quota}})
+    clock.now += delay_s
+    delivered: list[tuple[float, int]] = []  # (seconds since the start, throttle ms)
+    while clock.now - start < 40:
+        throttle = manager.on_request(0, "User:ANONYMOUS", "flat-out", 65_536, 0.0)
+        clock.now += 65_536 / bytes_per_s
+        delivered.append((clock.now - start, throttle))
+        clock.now += throttle / 1000
+    # A burst: requests let through unthrottled, after throttled ones (or the first).
+    bursts = [
+        t for (_, before), (t, throttle) in itertools.pairwise(delivered) if before and not throttle
+    ]
+    bursts.insert(0, delivered[0][0])
+    assert len(bursts) >= 4
+    assert all(b - a >= 11 for a, b in itertools.pairwise(bursts)), bursts
+    rate = sum(65_536 for t, _ in delivered if 11 < t <= 33) / 22
+    assert 0.97 * quota <= rate <= 1.03 * quota, rate
 
 
 def test_changes_apply_remove_round_trip_and_filter() -> None:

@@ -9,12 +9,10 @@ certificates made by the package's fixtures.
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import struct
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,16 +23,11 @@ PASSWORD = "alice-secret-1"
 
 
 @pytest.fixture(scope="module")
-def secure(start_local_ray, tmp_path_factory, pki, jwt_issuer) -> Iterator[dict[str, Any]]:
+def secure(module_cluster, pki, jwt_issuer) -> dict[str, Any]:
     """The cluster, its bootstrap addresses by listener, and the server's cert paths."""
-    from raystream.client.cluster import connect
-
     cert, key = pki.issue("listener", "listener-one", ("127.0.0.1",))
-    start_local_ray()
-    cluster = connect(
-        namespace=f"secure-{os.getpid()}",
-        data_dir=str(tmp_path_factory.mktemp("secure-data")),
-        broker_config={
+    cluster = module_cluster(
+        {
             "listeners": "SASL_SSL://127.0.0.1:0,MTLS://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
             "listener.security.protocol.map": "MTLS:SSL",
             "ssl.keystore.location": cert,
@@ -45,13 +38,13 @@ def secure(start_local_ray, tmp_path_factory, pki, jwt_issuer) -> Iterator[dict[
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
             "sasl.oauthbearer.jwks.endpoint.url": f"file://{jwt_issuer.jwks_path}",
             "connections.max.reauth.ms": 600_000,
-        },
+        }
     )
     admin = cluster.admin()
     admin.alter_user_scram_credentials("alice", "SCRAM-SHA-512", PASSWORD)
     admin.alter_user_scram_credentials("alice", "SCRAM-SHA-256", PASSWORD)
     admin.create_topic("secured", partitions=1)
-    yield {
+    return {
         "cluster": cluster,
         "sasl_ssl": cluster.bootstrap_servers("SASL_SSL"),
         "mtls": cluster.bootstrap_servers("MTLS"),
@@ -60,7 +53,6 @@ def secure(start_local_ray, tmp_path_factory, pki, jwt_issuer) -> Iterator[dict[
         "key": key,
         "ca": pki.ca_path,
     }
-    cluster.shutdown()
 
 
 def listener_stats(secure: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -317,9 +309,7 @@ def test_scram_credentials_through_kafka_admin_clients(secure) -> None:
     for future in admin.alter_user_scram_credentials([upsert]).values():
         future.result(30)
     described = admin.describe_user_scram_credentials(["frank"])["frank"].result(30)
-    assert [c.mechanism for c in described.scram_credential_infos] == [
-        ScramMechanism.SCRAM_SHA_256
-    ]
+    assert [c.mechanism for c in described.scram_credential_infos] == [ScramMechanism.SCRAM_SHA_256]
     assert secure["cluster"].admin().describe_user_scram_credentials(["frank"]) == {
         "frank": [("SCRAM-SHA-256", 4096)]
     }
@@ -338,3 +328,29 @@ def test_scram_credentials_through_kafka_admin_clients(secure) -> None:
     for future in admin.alter_user_scram_credentials([deletion]).values():
         future.result(30)
     assert secure["cluster"].admin().describe_user_scram_credentials(["frank"]) == {"frank": []}
+
+
+def test_a_new_users_first_login_succeeds(secure) -> None:
+    """The login that makes the listener fetch the new credentials uses them (it
+    once checked against the cache of its connection's start and was refused)."""
+    from kafka import KafkaProducer
+
+    from raystream.actors.kafka_listener import CREDENTIALS_TTL_S
+
+    secure["cluster"].admin().alter_user_scram_credentials("grace", "SCRAM-SHA-512", "grace-pw")
+    time.sleep(CREDENTIALS_TTL_S)  # the listener's cache is due a refresh
+    port = port_of(secure["sasl_ssl"])
+    failures = listener_stats(secure)[port]["auth_failures"]
+    producer = KafkaProducer(  # kafka-python does not retry a refused login
+        bootstrap_servers=secure["sasl_ssl"],
+        security_protocol="SASL_SSL",
+        ssl_cafile=secure["ca"],
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="grace",
+        sasl_plain_password="grace-pw",
+        max_block_ms=10_000,
+    )
+    producer.send("secured", b"grace").get(timeout=30)
+    producer.close()
+    assert listener_stats(secure)[port]["auth_failures"] == failures
+    assert "User:grace" in listener_principals(secure)[port]
