@@ -17,8 +17,9 @@ Keys (all optional but ``topic``/``topics`` and the path):
   object per line, a struct value), ``csv`` (a header line, then one struct value per
   line; ``csv.header=false`` names the columns ``f0, f1, ...``; ``csv.delimiter``) or
   ``parquet`` (sources and the directory sink).
-- Sources: ``batch.size`` (Kafka's: at most this many records per poll, default 2000)
-  and ``batch.bytes`` (at most this many bytes read per poll, default 1 MiB). A text
+- Sources: ``batch.size`` (Kafka's: at most this many records per poll, default 2000),
+  ``batch.bytes`` (at most this many bytes read per poll, default 1 MiB) and
+  ``poll.interval.ms`` (how long an idle poll waits for new data, default 1000). A text
   record is one line: a last line without its newline waits for it (the file may still
   be growing, as Kafka's source tails a file), and CSV fields must not hold newlines.
   The directory source takes the files of ``directory`` whose path relative to it
@@ -56,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -145,9 +147,12 @@ class FileSourceTask(SourceTask):
         self._headers: dict[Path, list[str]] = {}
         self._queue: list[Path] = []
         self._cursor: _ParquetCursor | None = None
+        self.idle_ms = config_int(config, "poll.interval.ms", 1000, minimum=0)
+        self._stopping = threading.Event()
 
     def stop(self) -> None:
         self._cursor = None
+        self._stopping.set()
 
     def files(self) -> list[Path]:
         """The files this task reads now, in name order."""
@@ -164,8 +169,10 @@ class FileSourceTask(SourceTask):
         return sorted(found)
 
     def poll(self) -> SourceBatch | None:
-        """The next batch of the first file with unread records; None when all are read
-        (the next call looks at the files again, so new files and new lines are found)."""
+        """The next batch of the first file with unread records; None when all are read,
+        after waiting ``poll.interval.ms`` (default 1000, or until ``stop``) so that an
+        idle task does not spin. The next call looks at the files again, so new files
+        and new lines are found."""
         if not self._queue:
             self._queue = self.files()[::-1]
         while self._queue:
@@ -173,6 +180,7 @@ class FileSourceTask(SourceTask):
             if batch is not None:
                 return batch
             self._queue.pop()
+        self._stopping.wait(self.idle_ms / 1000)  # idle: as Kafka's file source, wait a bit
         return None
 
     def _offset(self, path: Path) -> dict[str, Any]:

@@ -34,7 +34,7 @@ TP = TopicPartition("orders", 0)
 def source(config: dict[str, str], store: OffsetStore) -> FileSourceTask:
     task = FileSourceTask()
     task.context = SourceContext(store)
-    task.start(config)
+    task.start({"poll.interval.ms": "0", **config})
     return task
 
 
