@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from raystream.connect.api import SinkConnector, Task
+from raystream.connect.api import SinkConnector, SinkTask, Task
 from raystream.connect.file import BufferedSinkTask, DirectorySinkTask, PartitionBuffer, Rotation
 from raystream.connect.formats import config_bool, config_str, records_table
 from raystream.errors import ConnectError, InvalidConfigError, RetriableConnectError
@@ -401,33 +401,61 @@ def read_iceberg(spark: Any, table: Any) -> Any:
     )
 
 
+class DataLakeSinkTask(SinkTask):
+    """The data-lake sink's task: a :class:`ParquetLakeSinkTask` or an
+    :class:`IcebergSinkTask` by ``table.format``, chosen at ``start`` (workers ask a
+    connector for its task class before giving it a config)."""
+
+    def start(self, config: dict[str, str]) -> None:
+        kind = IcebergSinkTask if table_format(config) == "iceberg" else ParquetLakeSinkTask
+        self.inner: BufferedSinkTask = kind()
+        self.inner.context = self.context
+        self.inner.start(config)
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def open(self, partitions: Sequence[TopicPartition]) -> None:
+        self.inner.open(partitions)
+
+    def close(self, partitions: Sequence[TopicPartition]) -> None:
+        self.inner.close(partitions)
+
+    def put_batch(self, batch: pa.Table) -> None:
+        self.inner.put_batch(batch)
+
+    def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
+        self.inner.flush(offsets)
+
+    def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        return self.inner.pre_commit(offsets)
+
+
+def table_format(config: Mapping[str, str]) -> str:
+    """The ``table.format`` key: ``parquet`` (the default) or ``iceberg``."""
+    value = str(config.get("table.format") or "parquet").lower()
+    if value not in TABLE_FORMATS:
+        raise InvalidConfigError(f"table.format={value!r} is not one of {', '.join(TABLE_FORMATS)}")
+    return value
+
+
 class DataLakeSinkConnector(SinkConnector):
     """Topics into a data lake, exactly once: partitioned Parquet directories
     (``table.format=parquet``) or an Iceberg table (``table.format=iceberg``)."""
 
     def validate(self, config: Mapping[str, str]) -> None:
-        table_format = self._format(config)
         Rotation.from_config(config)
-        if table_format == "parquet":
+        if table_format(config) == "parquet":
             config_str(config, "directory")
         else:
             config_str(config, "iceberg.tables")
-
-    @staticmethod
-    def _format(config: Mapping[str, str]) -> str:
-        table_format = str(config.get("table.format") or "parquet").lower()
-        if table_format not in TABLE_FORMATS:
-            raise InvalidConfigError(
-                f"table.format={table_format!r} is not one of {', '.join(TABLE_FORMATS)}"
-            )
-        return table_format
 
     def start(self, config: dict[str, str]) -> None:
         self.validate(config)
         self.config = dict(config)
 
     def task_class(self) -> type[Task]:
-        return IcebergSinkTask if self._format(self.config) == "iceberg" else ParquetLakeSinkTask
+        return DataLakeSinkTask
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max(1, max_tasks))]

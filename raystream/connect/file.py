@@ -38,7 +38,7 @@ Parquet, so a restarted task resumes at the first unread record of each file.
 
 **The directory sink** keeps what it was given per topic partition in memory and writes
 it as one file when the buffer reaches ``rotate.records`` records (default 100,000;
-files hold exactly that many), ``rotate.bytes`` Arrow bytes (default 32 MiB), or when a
+no file holds more), ``rotate.bytes`` Arrow bytes (default 32 MiB), or when a
 record's timestamp is ``rotate.interval.ms`` or more past the buffer's first (record
 time, as Confluent's sinks rotate; off by default), and at every offset commit of the
 framework (``pre_commit``, every ``offset.flush.interval.ms``), so a quiet topic lands
@@ -46,7 +46,9 @@ too. A file is written under a temporary name, fsynced and renamed to
 ``<topic>+<partition>+<first offset, 20 digits>.<ext>``; then the next offset is
 written, just as atomically, to ``_connect_offsets/<topic>+<partition>.json``. On
 ``open`` the task deletes files its last offsets do not cover (a crash between the two
-renames) and rewinds the consumer there: exactly once, whatever was killed when.
+renames) and rewinds the consumer there: exactly once, whatever was killed when. So a
+directory belongs to one sink connector: files of the same names that another writer
+left there without offsets are taken for such leftovers.
 
 ``FileStreamSink`` appends to one file (Kafka's sink, not Parquet) and fsyncs it at each
 offset commit: at least once, as in Kafka.
@@ -298,21 +300,29 @@ class DirectorySourceConnector(SourceConnector):
 
 
 def split_partitions(batch: pa.Table) -> Iterator[tuple[TopicPartition, pa.Table]]:
-    """The rows of each topic partition of a sink batch, in batch order."""
+    """The rows of each topic partition of a sink batch, in batch order.
+
+    A batch usually holds one partition: that case costs two min/max scans; otherwise
+    Arrow's group-by lists each partition's row indices.
+    """
     if batch.num_rows == 0:
         return
-    keys = pc.binary_join_element_wise(
-        batch.column("topic"), batch.column("partition").cast(pa.string()), "\x00"
+    topics = pc.min_max(batch.column("topic"))
+    partitions = pc.min_max(batch.column("partition"))
+    if topics["min"] == topics["max"] and partitions["min"] == partitions["max"]:
+        yield TopicPartition(topics["min"].as_py(), partitions["min"].as_py()), batch
+        return
+    rows = batch.select(["topic", "partition"]).append_column(
+        "row", pa.array(np.arange(batch.num_rows))
     )
-    encoded = (
-        keys.combine_chunks().dictionary_encode()
-        if isinstance(keys, pa.ChunkedArray)
-        else keys.dictionary_encode()
-    )
-    for index, key in enumerate(encoded.dictionary.to_pylist()):
-        topic, partition = key.split("\x00")
-        rows = batch.filter(pc.equal(encoded.indices, index))
-        yield TopicPartition(topic, int(partition)), rows
+    groups = rows.group_by(["topic", "partition"], use_threads=False).aggregate([("row", "list")])
+    for topic, partition, indices in zip(
+        groups.column("topic").to_pylist(),
+        groups.column("partition").to_pylist(),
+        groups.column("row_list").chunks[0] if groups.num_rows else [],
+        strict=True,
+    ):
+        yield TopicPartition(topic, partition), batch.take(indices.values)
 
 
 @dataclass

@@ -14,8 +14,7 @@ from file_tasks import SinkContext, sink_batch
 from raystream.connect.datalake import (
     HIVE_NULL,
     DataLakeSinkConnector,
-    IcebergSinkTask,
-    ParquetLakeSinkTask,
+    DataLakeSinkTask,
     hive_escape,
     load_table,
 )
@@ -33,7 +32,7 @@ ORDERS = [
 ]
 
 
-def lake_task(directory: Path, partitions=(P0,), **config: str) -> ParquetLakeSinkTask:
+def lake_task(directory: Path, partitions=(P0,), **config: str) -> DataLakeSinkTask:
     connector = DataLakeSinkConnector()
     connector.start({"directory": str(directory), "topics": "orders", **config})
     task = connector.task_class()()
@@ -126,7 +125,7 @@ def iceberg_config(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-def iceberg_task(config: dict[str, str], partitions=(P0, P1)) -> IcebergSinkTask:
+def iceberg_task(config: dict[str, str], partitions=(P0, P1)) -> DataLakeSinkTask:
     connector = DataLakeSinkConnector()
     connector.start(config)
     task = connector.task_class()()
