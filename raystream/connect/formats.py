@@ -2,8 +2,8 @@
 
 Text formats are read a chunk of whole lines at a time and parsed by Arrow's readers
 (``pyarrow.csv``, ``pyarrow.json``) or cut into a string array on the chunk's own bytes;
-sink batches are written by Arrow's writers (Parquet, CSV) or, for JSON lines, by
-pandas' encoder over Arrow-backed columns, so no format loops over records in Python.
+sink batches are written by Arrow's writers (Parquet, CSV) or, for JSON lines, by the
+JSON converter's encoder over whole columns, so no format loops over records in Python.
 Files are written atomically: under a temporary name, fsynced, then renamed.
 """
 
@@ -22,6 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from raystream.connect.json_arrow import json_text
 from raystream.errors import ConnectError, InvalidConfigError
 
 FORMATS = ("lines", "jsonl", "csv", "parquet")
@@ -245,17 +246,13 @@ def _joined_lines(values: pa.ChunkedArray) -> bytes:
 
 
 def json_lines(table: pa.Table) -> bytes:
-    """The rows of ``table`` as JSON objects, one per line (Arrow types kept: integers
-    stay integers beside nulls, timestamps are ISO 8601 in UTC)."""
-    import pandas as pd
-
+    """The rows of ``table`` as JSON objects, one per line, encoded as Kafka's
+    ``JsonConverter`` encodes values (timestamps as epoch milliseconds, bytes as base64)
+    by Arrow compute over whole columns."""
     if table.num_rows == 0:
         return b""
-    frame = _text_columns(table).to_pandas(types_mapper=pd.ArrowDtype)
-    text = frame.to_json(
-        orient="records", lines=True, date_format="iso", date_unit="ms", force_ascii=False
-    )
-    return text.encode() if text.endswith("\n") else (text + "\n").encode()
+    objects = json_text(table.to_struct_array().combine_chunks(), decimal_numeric=True)
+    return _joined_lines(pa.chunked_array([objects.cast(pa.binary())]))
 
 
 def encode_text(

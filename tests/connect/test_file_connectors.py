@@ -181,14 +181,18 @@ def test_file_stream_sink_appends_lines_csv_and_jsonl(tmp_path: Path) -> None:
 
     jsonl = tmp_path / "out.jsonl"
     task = FileStreamSinkTask()
-    task.start({"file": str(jsonl), "format": "jsonl"})
+    task.start({"file": str(jsonl), "format": "jsonl", "include.kafka.metadata": "true"})
     task.put_batch(
-        sink_batch([{"id": 1, "tags": ["x"], "n": None}, {"id": 2, "tags": [], "n": 2.5}])
+        sink_batch(
+            [{"id": 1, "tags": ["x"], "n": None}, {"id": 2, "tags": [], "n": 2.5}],
+            timestamps=[5, 6],
+        )
     )
     task.stop()  # buffered lines reach the file on close too
+    metadata = {"kafka_topic": "orders", "kafka_partition": 0}
     assert [json.loads(line) for line in jsonl.read_text().splitlines()] == [
-        {"id": 1, "tags": ["x"], "n": None},
-        {"id": 2, "tags": [], "n": 2.5},
+        {**metadata, "kafka_offset": 0, "kafka_timestamp": 5, "id": 1, "tags": ["x"], "n": None},
+        {**metadata, "kafka_offset": 1, "kafka_timestamp": 6, "id": 2, "tags": [], "n": 2.5},
     ]
     with pytest.raises(InvalidConfigError, match="format='parquet'"):
         FileStreamSinkConnector().validate({"file": "f", "format": "parquet"})
