@@ -61,7 +61,9 @@ import os
 import re
 import threading
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,7 @@ from raystream.connect.formats import (
     csv_header,
     encode_file,
     encode_text,
+    fsync_directory,
     parquet_row_groups,
     parse_text,
     read_text,
@@ -389,10 +392,15 @@ class BufferedSinkTask(SinkTask):
     offsets stored with the data (exactly once).
 
     Subclasses say how data and offsets are stored (``write``) and read back
-    (``stored_offsets``). ``pre_commit`` returns only offsets already stored with the
-    data, so the consumer group shows the sink's true progress and a commit never runs
-    ahead of it.
+    (``stored_offsets``). Writes run on one writer thread, in order, while the task is
+    handed the next records (encoding, fsync and rename release the GIL): at most
+    ``WRITES_IN_FLIGHT`` wait there, so memory stays bounded, and a write's error is
+    raised by the next call. ``pre_commit`` waits for them and returns only offsets
+    stored with the data, so the consumer group shows the sink's true progress and a
+    commit never runs ahead of it.
     """
+
+    WRITES_IN_FLIGHT = 2
 
     def start(self, config: dict[str, str]) -> None:
         self.config = dict(config)
@@ -400,12 +408,16 @@ class BufferedSinkTask(SinkTask):
         self.include_metadata = config_bool(config, "include.kafka.metadata", False)
         self.buffers: dict[TopicPartition, PartitionBuffer] = {}
         self.stored: dict[TopicPartition, int] = {}
+        self.writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="connect-sink-write")
+        self.in_flight: deque[Future[dict[TopicPartition, int]]] = deque()
 
     def stop(self) -> None:
         self.buffers.clear()
+        self.writer.shutdown(wait=True)
 
     def write(self, buffers: Mapping[TopicPartition, PartitionBuffer]) -> None:
-        """Store these buffers and their next offsets, durably and together."""
+        """Store these buffers and their next offsets, durably and together (on the
+        writer thread)."""
         raise NotImplementedError
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
@@ -414,6 +426,7 @@ class BufferedSinkTask(SinkTask):
         raise NotImplementedError
 
     def open(self, partitions: Sequence[TopicPartition]) -> None:
+        self._wait(0)
         stored = self.stored_offsets(partitions)
         self.stored.update(stored)
         for tp in partitions:
@@ -422,6 +435,7 @@ class BufferedSinkTask(SinkTask):
             self.context.offset(stored)
 
     def close(self, partitions: Sequence[TopicPartition]) -> None:
+        self._wait(0)
         for tp in partitions:
             self.buffers.pop(tp, None)
             self.stored.pop(tp, None)
@@ -437,19 +451,21 @@ class BufferedSinkTask(SinkTask):
                         self._write([tp])
                     break
                 if cut:
-                    buffer.add(rows.slice(0, cut))
+                    buffer.add(rows if cut == rows.num_rows else rows.slice(0, cut))
                 self._write([tp])
                 buffer = self.buffers.setdefault(tp, PartitionBuffer())
                 rows = rows.slice(cut)
 
     def flush(self, offsets: Mapping[TopicPartition, int]) -> None:
         self._write(list(self.buffers))
+        self._wait(0)
 
     def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
         self.flush(offsets)
         return {tp: offset for tp, offset in self.stored.items() if tp in offsets}
 
     def _write(self, partitions: Sequence[TopicPartition]) -> None:
+        """Hand the buffers of ``partitions`` to the writer thread."""
         full = {
             tp: self.buffers.pop(tp)
             for tp in partitions
@@ -457,10 +473,20 @@ class BufferedSinkTask(SinkTask):
         }
         for tp in partitions:
             self.buffers.pop(tp, None)
-        if not full:
-            return
-        self.write(full)
-        self.stored.update({tp: buffer.next_offset() for tp, buffer in full.items()})
+        if full:
+            self.in_flight.append(self.writer.submit(self._store, full))
+            self._wait(self.WRITES_IN_FLIGHT)
+
+    def _store(
+        self, buffers: Mapping[TopicPartition, PartitionBuffer]
+    ) -> dict[TopicPartition, int]:
+        self.write(buffers)
+        return {tp: buffer.next_offset() for tp, buffer in buffers.items()}
+
+    def _wait(self, most: int) -> None:
+        """Wait until at most ``most`` writes are in flight, raising the first error."""
+        while len(self.in_flight) > most:
+            self.stored.update(self.in_flight.popleft().result())
 
 
 def data_file_name(tp: TopicPartition, first_offset: int, fmt: str) -> str:
@@ -511,13 +537,22 @@ class DirectorySinkTask(BufferedSinkTask):
         for tp, buffer in buffers.items():
             batch = buffer.table()
             name = data_file_name(tp, int(batch.column("offset")[0].as_py()), self.format)
-            for relative, rows in self.partition_dirs(batch):
-                write_atomically(self.directory / relative / name, self.file_writer(rows))
+            dirs = self.partition_dirs(batch)
+            paths = [self.directory / relative / name for relative, _ in dirs]
+            for path, (_, rows) in zip(paths, dirs, strict=True):
+                write_atomically(path, self.file_writer(rows), sync_directory=False)
+            for directory in {path.parent for path in paths}:
+                fsync_directory(directory)  # the data's renames are durable before the offsets
             state = json.dumps(
                 {"topic": tp.topic, "partition": tp.partition, "next_offset": buffer.next_offset()}
             )
+            # No directory fsync for the offsets: should their rename be lost in a crash,
+            # open() finds the older offsets, deletes the newer files and rewinds: replayed,
+            # not lost.
             write_atomically(
-                self.offsets_path(tp), lambda handle, text=state: handle.write(text.encode())
+                self.offsets_path(tp),
+                lambda handle, text=state: handle.write(text.encode()),
+                sync_directory=False,
             )
 
     def stored_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:

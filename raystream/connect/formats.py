@@ -300,9 +300,11 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, write: Callable[[Any], None]) -> None:
+def write_atomically(path: Path, write: Callable[[Any], None], sync_directory: bool = True) -> None:
     """Write a file under a temporary name in its directory, fsync it, rename it into
-    place: readers see the whole file or none of it, even after a crash."""
+    place: readers see the whole file or none of it, even after a crash. The rename is
+    durable once the directory is fsynced: here, or by the caller after several files
+    (``sync_directory=False``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "wb") as handle:
@@ -310,4 +312,5 @@ def write_atomically(path: Path, write: Callable[[Any], None]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
-    fsync_directory(path.parent)
+    if sync_directory:
+        fsync_directory(path.parent)
