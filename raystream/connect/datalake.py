@@ -38,10 +38,12 @@ keys of Iceberg's own Kafka Connect sink::
   columns, otherwise a record with an unknown field fails the task.
 - Exactly once: each commit is one Iceberg snapshot holding the new data files and,
   in its summary property ``raystream.connect.offsets.<connector name>``, the next
-  offset of every topic partition written so far (JSON ``{topic: {partition:
-  offset}}``), so data and offsets commit atomically; ``open`` reads them from the
-  newest snapshot that has them and rewinds there. Concurrent commits (several tasks)
-  retry on Iceberg's optimistic-concurrency conflict.
+  offset of each topic partition it wrote (JSON ``{topic: {partition: offset}}``), so
+  data and offsets commit atomically; ``open`` takes each partition's offset from the
+  newest snapshot that has it and rewinds there. Concurrent commits (several tasks)
+  retry on Iceberg's optimistic-concurrency conflict. Should snapshot expiry remove a
+  partition's last commit, the task falls back to the consumer group's offset, which
+  ``pre_commit`` keeps at the stored one.
 
 Reading back: ``table.scan().to_arrow()`` in pyiceberg, and Spark through
 :func:`read_iceberg` (Spark here has no Iceberg runtime jar: it reads the table's
@@ -63,7 +65,7 @@ import pyarrow.parquet as pq
 from raystream.connect.api import SinkConnector, SinkTask, Task
 from raystream.connect.file import BufferedSinkTask, DirectorySinkTask, PartitionBuffer, Rotation
 from raystream.connect.formats import config_bool, config_str, records_table
-from raystream.errors import ConnectError, InvalidConfigError, RetriableConnectError
+from raystream.errors import ConnectError, InvalidConfigError
 from raystream.types import TopicPartition
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -307,27 +309,25 @@ class IcebergSinkTask(BufferedSinkTask):
                     update.add_field(column, transform, name)
         return self._load()
 
-    def table_offsets(self) -> dict[str, dict[str, int]]:
-        """The offsets stored with the data: those of the newest snapshot that has them."""
+    def stored_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's offset in the newest snapshot that committed it (the snapshots
+        from the current one back to the first; each holds the offsets of its own commit)."""
         from pyiceberg.table.snapshots import ancestors_of
 
-        table = self.table
+        table = self._load()
         if table is None or table.current_snapshot() is None:
             return {}
+        wanted, found = set(partitions), {}
         for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
             stored = snapshot.summary.additional_properties.get(self.offsets_property)
-            if stored is not None:
-                return json.loads(stored)
-        return {}
-
-    def stored_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-        self._load()
-        offsets = self.table_offsets()
-        return {
-            tp: int(offsets[tp.topic][str(tp.partition)])
-            for tp in partitions
-            if str(tp.partition) in offsets.get(tp.topic, {})
-        }
+            for topic, offsets in json.loads(stored).items() if stored else ():
+                for partition, offset in offsets.items():
+                    tp = TopicPartition(topic, int(partition))
+                    if tp in wanted:
+                        found.setdefault(tp, int(offset))
+            if len(found) == len(wanted):
+                break
+        return found
 
     def write(self, buffers: Mapping[TopicPartition, PartitionBuffer]) -> None:
         from pyiceberg.exceptions import CommitFailedException
@@ -337,7 +337,12 @@ class IcebergSinkTask(BufferedSinkTask):
             promote_options="permissive",
         )
         records = records.cast(iceberg_schema(records.schema))
-        ours = {tp: buffer.next_offset() for tp, buffer in buffers.items()}
+        ours: dict[str, dict[str, int]] = {}
+        for tp, buffer in buffers.items():
+            ours.setdefault(tp.topic, {})[str(tp.partition)] = buffer.next_offset()
+        # Only this commit's offsets: they stay right when pyiceberg (or the loop here)
+        # retries the append on a snapshot another task committed meanwhile.
+        properties = {self.offsets_property: json.dumps(ours, sort_keys=True)}
         for _ in range(COMMIT_ATTEMPTS):
             table = self._load()
             if table is None:
@@ -348,20 +353,14 @@ class IcebergSinkTask(BufferedSinkTask):
                     )
                 table = self._create(records.schema)
             table = self._evolve(table, records.schema)
-            offsets = self.table_offsets()
-            for tp, offset in ours.items():
-                offsets.setdefault(tp.topic, {})[str(tp.partition)] = offset
             try:
                 table.append(
-                    conform(records, table.schema().as_arrow()),
-                    snapshot_properties={
-                        self.offsets_property: json.dumps(offsets, sort_keys=True)
-                    },
+                    conform(records, table.schema().as_arrow()), snapshot_properties=properties
                 )
                 return
             except CommitFailedException:
-                continue  # another writer committed first: reload, merge, append again
-        raise RetriableConnectError(
+                continue  # concurrent writers won pyiceberg's own retries too: reload, again
+        raise ConnectError(
             f"Iceberg table {self.identifier!r}: {COMMIT_ATTEMPTS} commits in a row lost "
             "to concurrent writers"
         )

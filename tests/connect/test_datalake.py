@@ -4,6 +4,7 @@ an Iceberg table in a real SQLite catalog (no Ray)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -15,6 +16,7 @@ from raystream.connect.datalake import (
     HIVE_NULL,
     DataLakeSinkConnector,
     DataLakeSinkTask,
+    IcebergSinkTask,
     hive_escape,
     load_table,
 )
@@ -188,3 +190,43 @@ def test_iceberg_tasks_keep_each_others_offsets_and_schema_changes_are_explicit(
     evolving.pre_commit({P0: 2})
     rows = load_table(config).scan().to_arrow().sort_by("id")
     assert rows.column("note").to_pylist() == [None, None, "new field"]
+
+
+def test_an_iceberg_commit_that_loses_a_race_keeps_every_partitions_offsets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = iceberg_config(tmp_path)
+    second = iceberg_task(config, [P1])
+
+    class Raced(IcebergSinkTask):
+        """Another task commits between this one's load of the table and its append."""
+
+        loads = 0
+
+        def _load(self) -> Any:
+            table = super()._load()
+            self.loads += 1
+            if self.loads == 2:  # the write's load (open's was the first)
+                second.put_batch(sink_batch([{"id": 1}], partition=1))
+                second.pre_commit({P1: 1})
+            return table
+
+    first = iceberg_task(config, [P0])
+    first.put_batch(sink_batch([{"id": 0}]))
+    first.pre_commit({P0: 1})  # creates the table
+    raced = Raced()
+    raced.context = SinkContext([P0])
+    raced.start(config)
+    raced.open([P0])
+    raced.put_batch(sink_batch([{"id": 2}], start=1))
+    assert raced.pre_commit({P0: 2}) == {P0: 2}
+    assert raced.loads >= 2, "the other commit came in the middle of this one"
+    assert any("concurrent update" in r.getMessage() for r in caplog.records), (
+        "pyiceberg saw the conflict and retried the append"
+    )
+    table = load_table(config)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2]
+    assert [s.parent_snapshot_id for s in table.snapshots()][1:] == [
+        s.snapshot_id for s in table.snapshots()
+    ][:-1]
+    assert iceberg_task(config).context.rewound == {P0: 2, P1: 1}
