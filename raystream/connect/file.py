@@ -152,6 +152,7 @@ class FileSourceTask(SourceTask):
         self._headers: dict[Path, list[str]] = {}
         self._queue: list[Path] = []
         self._cursor: _ParquetCursor | None = None
+        self._parquet_files: dict[Path, tuple[tuple[int, int], list[int]]] = {}
         self.idle_ms = config_int(config, "poll.interval.ms", 1000, minimum=0)
         self._stopping = threading.Event()
 
@@ -230,6 +231,16 @@ class FileSourceTask(SourceTask):
         self._offsets[path] = reached
         return SourceBatch(_file_key(path), reached, self.topic, table)
 
+    def _row_groups(self, path: Path) -> list[int]:
+        """:func:`parquet_row_groups` of ``path``, read again only when the file changed
+        (an idle poll then costs one ``stat`` per file)."""
+        status = path.stat()
+        version = (status.st_size, status.st_mtime_ns)
+        known = self._parquet_files.get(path)
+        if known is None or known[0] != version:
+            known = self._parquet_files[path] = (version, parquet_row_groups(path))
+        return known[1]
+
     def _read_parquet(self, path: Path) -> SourceBatch | None:
         offset = self._offset(path)
         row = int(offset.get("row", 0))
@@ -239,7 +250,7 @@ class FileSourceTask(SourceTask):
             or cursor.path != path
             or not cursor.first_row <= row < cursor.first_row + cursor.table.num_rows
         ):
-            starts = parquet_row_groups(path)
+            starts = self._row_groups(path)
             if row >= starts[-1]:
                 return None
             group = int(np.searchsorted(starts, row, side="right")) - 1
