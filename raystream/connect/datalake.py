@@ -58,6 +58,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -116,13 +117,20 @@ def time_dirs(timestamps: pa.ChunkedArray | pa.Array, path_format: str) -> pa.Ar
 
 
 def split_by(batch: pa.Table, dirs: pa.Array | pa.ChunkedArray) -> list[tuple[str, pa.Table]]:
-    """The rows of ``batch`` grouped by their directory, in first-seen order."""
+    """The rows of ``batch`` grouped by their directory (one stable sort, then slices;
+    rows keep their order within a directory)."""
     if isinstance(dirs, pa.ChunkedArray):
         dirs = dirs.combine_chunks()
     encoded = dirs.dictionary_encode()
+    names = encoded.dictionary.to_pylist()
+    if len(names) == 1:
+        return [(names[0], batch)]
+    indices = encoded.indices.to_numpy()
+    grouped = batch.take(np.argsort(indices, kind="stable"))
+    ends = np.cumsum(np.bincount(indices, minlength=len(names)))
     return [
-        (directory, batch.filter(pc.equal(encoded.indices, index)))
-        for index, directory in enumerate(encoded.dictionary.to_pylist())
+        (name, grouped.slice(int(end - count), int(count)))
+        for name, end, count in zip(names, ends, np.diff(ends, prepend=0), strict=True)
     ]
 
 
