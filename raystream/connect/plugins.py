@@ -31,7 +31,14 @@ from raystream.errors import InvalidConfigError
 ENTRY_POINT_GROUP = "raystream.connectors"
 
 #: raystream's own connectors: short class name -> "module:Class" (imported lazily).
-BUILTINS: dict[str, str] = {}
+BUILTINS: dict[str, str] = {
+    "FileStreamSource": "raystream.connect.file:FileStreamSourceConnector",
+    "FileStreamSink": "raystream.connect.file:FileStreamSinkConnector",
+    "DirectorySource": "raystream.connect.file:DirectorySourceConnector",
+    "DirectorySink": "raystream.connect.file:DirectorySinkConnector",
+    "DataLakeSink": "raystream.connect.datalake:DataLakeSinkConnector",
+    "HttpSource": "raystream.connect.http:HttpSource",
+}
 
 #: Kafka's (or MirrorMaker 2's) class names of connectors that raystream ships.
 ALIASES: dict[str, str] = {

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "StreamingQuery": "raystream.spark.microbatch",
+    "read_iceberg": "raystream.connect.datalake",
     "read_topic": "raystream.spark.source",
     "release": "raystream.spark.source",
     "session": "raystream.spark.context",
@@ -46,4 +47,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'raystream.spark' has no attribute {name!r}")
 
 
-__all__ = ["StreamingQuery", "read_topic", "release", "session", "stop", "stream", "write_topic"]
+__all__ = [
+    "StreamingQuery",
+    "read_iceberg",
+    "read_topic",
+    "release",
+    "session",
+    "stop",
+    "stream",
+    "write_topic",
+]
