@@ -714,10 +714,17 @@ class _ChangeReader:
                 sql.SQL("CREATE PUBLICATION {} FOR ").format(sql.Identifier(s.publication_name))
                 + target
             )
-        exists = self.conn.execute(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", [s.slot_name]
+        slot = self.conn.execute(
+            "SELECT plugin, database = current_database() FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            [s.slot_name],
         ).fetchone()
-        if not exists:
+        if slot is not None and tuple(slot) != ("pgoutput", True):
+            raise ConnectError(
+                f"PostgresSource: replication slot {s.slot_name!r} exists but is not a "
+                f"pgoutput slot of this database (plugin {slot[0]}): choose another slot.name"
+            )
+        if slot is None:
             try:
                 self.conn.execute(
                     "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [s.slot_name]

@@ -328,3 +328,387 @@ def test_column_types_become_arrow_types(postgres_db: str) -> None:
     assert row["raw"] == b"\x01\x02" and json.loads(row["doc"]) == {"a": 1}
     assert row["atz"] == dt.datetime(2024, 2, 3, 2, 5, 6, tzinfo=dt.timezone.utc)
     assert row["n"] == "3.25" and row["tags"] == ["x", "y"]
+
+
+# --- source: change data capture ---------------------------------------------------------
+
+
+def cdc_config(**extra: str) -> dict[str, str]:
+    return {
+        "mode": "cdc",
+        "slot.name": "rs_slot",
+        "table.whitelist": "accounts",
+        "topic.prefix": "cdc.",
+        "batch.max.rows": "100",
+        **extra,
+    }
+
+
+def changes(batches: Sequence[SourceBatch]) -> list[tuple[str, Any, Any]]:
+    """(op header, key, value) per record."""
+    out = []
+    for batch in batches:
+        rows = batch.table.to_pylist()
+        out += [
+            (
+                dict((h["key"], h["value"]) for h in r["headers"])["__op"].decode(),
+                r["key"],
+                r["value"],
+            )
+            for r in rows
+        ]
+    return out
+
+
+def confirmed_flush_lsn(url: str) -> str:
+    return query(url, "SELECT confirmed_flush_lsn FROM pg_replication_slots")[0][0]
+
+
+def test_cdc_emits_inserts_updates_and_deletes_as_tombstones(postgres_db: str) -> None:
+    execute(postgres_db, "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance bigint)")
+    store = OffsetStore()
+    task = source_task(postgres_db, store, **cdc_config())  # creates the slot: reads from now
+    execute(
+        postgres_db,
+        "INSERT INTO accounts VALUES (1, 'ann', 10), (2, 'bob', 20)",
+        "UPDATE accounts SET balance = 15 WHERE id = 1",
+        "DELETE FROM accounts WHERE id = 2",
+        "UPDATE accounts SET id = 3 WHERE id = 1",  # a key change: old key's tombstone first
+    )
+    batches = drain(task, store, commit=False)
+    assert changes(batches) == [
+        ("c", {"id": 1}, {"id": 1, "owner": "ann", "balance": 10}),
+        ("c", {"id": 2}, {"id": 2, "owner": "bob", "balance": 20}),
+        ("u", {"id": 1}, {"id": 1, "owner": "ann", "balance": 15}),
+        ("d", {"id": 2}, None),
+        ("d", {"id": 1}, None),
+        ("u", {"id": 3}, {"id": 3, "owner": "ann", "balance": 15}),
+    ]
+    assert {b.topic for b in batches} == {"cdc.accounts"}
+    assert batches[0].source_partition == {"slot": "rs_slot"}
+    timestamps = [t for b in batches for t in b.table.column("timestamp").to_pylist()]
+    now_ms = dt.datetime.now(dt.timezone.utc).timestamp() * 1000
+    assert all(abs(t - now_ms) < 60_000 for t in timestamps)
+
+    before = confirmed_flush_lsn(postgres_db)
+    task.commit()  # acknowledges the stored offset: the slot moves on
+    after = confirmed_flush_lsn(postgres_db)
+    assert after != before and batches[-1].source_offset == {"lsn": _lsn(after)}
+    execute(postgres_db, "INSERT INTO accounts VALUES (4, 'cy', 1)")
+    assert changes(drain(task, store)) == [("c", {"id": 4}, {"id": 4, "owner": "cy", "balance": 1})]
+    task.stop()
+
+
+def _lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def test_cdc_resumes_after_a_kill_inside_a_large_transaction_losing_and_repeating_nothing(
+    postgres_db: str,
+) -> None:
+    execute(
+        postgres_db,
+        "CREATE TABLE accounts (id int PRIMARY KEY, owner text)",
+        "CREATE TABLE other (id int PRIMARY KEY)",
+    )
+    store = OffsetStore()
+    config = cdc_config(**{"batch.max.rows": "4", "table.whitelist": "accounts,other"})
+    task = source_task(postgres_db, store, **config)
+    execute(
+        postgres_db,
+        "BEGIN; INSERT INTO accounts SELECT i, 'o' || i FROM generate_series(1, 10) i;"
+        " INSERT INTO other VALUES (1); INSERT INTO accounts VALUES (11, 'x'); COMMIT",
+        "INSERT INTO accounts VALUES (12, 'y')",
+    )
+    first, second = task.poll(), task.poll()
+    for batch in (first, second):
+        store.store(batch)
+    task.commit()  # the slot cannot move yet: the transaction is half written
+    assert second.source_offset["txn_events"] == 8
+    unwritten = task.poll()  # polled, never written: the task dies here
+    task.stop()
+    assert unwritten is not None
+
+    restarted = source_task(postgres_db, store, **config)
+    rest = drain(restarted, store)
+    restarted.stop()
+    ids = [
+        (b.topic, k["id"])
+        for b in (first, second, *rest)
+        for k in b.table.column("key").to_pylist()
+    ]
+    assert ids == [("cdc.accounts", i) for i in range(1, 11)][:8] + [
+        ("cdc.accounts", 9),
+        ("cdc.accounts", 10),
+        ("cdc.other", 1),
+        ("cdc.accounts", 11),
+        ("cdc.accounts", 12),
+    ]
+    assert rest[-1].source_offset.keys() == {"lsn"}
+    assert _lsn(confirmed_flush_lsn(postgres_db)) == rest[-1].source_offset["lsn"]
+
+
+def test_cdc_on_a_slot_name_taken_by_another_kind_of_slot_fails_with_a_clear_error(
+    postgres_db: str,
+) -> None:
+    execute(postgres_db, "CREATE TABLE accounts (id int PRIMARY KEY)")
+    execute(postgres_db, "SELECT pg_create_physical_replication_slot('taken_name')")
+    try:
+        with pytest.raises(ConnectError, match="'taken_name' exists but is not a pgoutput slot"):
+            source_task(postgres_db, OffsetStore(), **cdc_config(**{"slot.name": "taken_name"}))
+    finally:
+        execute(postgres_db, "SELECT pg_drop_replication_slot('taken_name')")
+
+
+# --- sink --------------------------------------------------------------------------------
+
+
+def sink_batch(
+    topic: str,
+    offsets: Sequence[int],
+    values: Sequence[Any],
+    value_type: pa.DataType,
+    keys: Sequence[Any] | None = None,
+    key_type: pa.DataType = pa.null(),
+    partition: int = 0,
+) -> pa.Table:
+    """A sink batch as the runtime hands it (see the connector API's docstring)."""
+    n = len(offsets)
+    return pa.table(
+        {
+            "topic": pa.array([topic] * n, pa.string()),
+            "partition": pa.array([partition] * n, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "timestamp": pa.array([0] * n, pa.int64()),
+            "key": pa.array(keys if keys is not None else [None] * n, key_type),
+            "value": pa.array(values, value_type),
+            "headers": pa.array(
+                [[]] * n, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+            ),
+        }
+    )
+
+
+def sink_task(
+    url: str, partitions: Sequence[TopicPartition], **config: str
+) -> tuple[PostgresSinkTask, SinkContext]:
+    task = PostgresSinkTask()
+    task.context = SinkContext()
+    task.start({"connection.url": url, "name": "to-pg", **config})
+    task.open(partitions)
+    return task, task.context
+
+
+PEOPLE = pa.struct(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("score", pa.float64()),
+        ("tags", pa.list_(pa.string())),
+        ("seen", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def test_sink_inserts_into_an_auto_created_table_with_its_offsets(postgres_db: str) -> None:
+    tp = TopicPartition("people", 0)
+    task, context = sink_task(postgres_db, [tp], **{"auto.create": "true"})
+    assert context.rewinds == {}
+    seen = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    rows = [
+        {"id": i, "name": f"n{i}", "score": i / 2, "tags": ["a", "b"], "seen": seen}
+        for i in range(5)
+    ]
+    rows[1]["name"] = None
+    task.put_batch(sink_batch("people", range(10, 15), rows, PEOPLE))
+    assert task.pre_commit({tp: 15}) == {}
+    task.stop()
+    assert query(postgres_db, "SELECT id, name, score, tags, seen FROM people ORDER BY id") == [
+        (i, None if i == 1 else f"n{i}", i / 2, ["a", "b"], seen) for i in range(5)
+    ]
+    assert dict(
+        query(
+            postgres_db,
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_name = 'people'",
+        )
+    ) == {
+        "id": "bigint",
+        "name": "text",
+        "score": "double precision",
+        "tags": "jsonb",
+        "seen": "timestamp with time zone",
+    }
+    assert query(postgres_db, "SELECT * FROM raystream_connect_offsets") == [
+        ("to-pg", "people", 0, 15)
+    ]
+
+
+def test_sink_upserts_by_record_key_deletes_on_tombstones_and_evolves_the_table(
+    postgres_db: str,
+) -> None:
+    key_type = pa.struct([("id", pa.int32())])
+    v1 = pa.struct([("id", pa.int32()), ("owner", pa.string())])
+    tp = TopicPartition("accounts", 0)
+    config = {
+        "auto.create": "true",
+        "auto.evolve": "true",
+        "insert.mode": "upsert",
+        "pk.mode": "record_key",
+        "delete.enabled": "true",
+    }
+    task, _ = sink_task(postgres_db, [tp], **config)
+    keys = [{"id": k} for k in (1, 2, 1, 2, 2, 3)]
+    values_ = [
+        {"id": 1, "owner": "ann"},
+        {"id": 2, "owner": "bob"},
+        {"id": 1, "owner": "ann2"},
+        None,
+        {"id": 2, "owner": "bob again"},
+        None,
+    ]
+    task.put_batch(sink_batch("accounts", range(6), values_, v1, keys, key_type))
+    assert query(postgres_db, "SELECT id, owner FROM accounts ORDER BY id") == [
+        (1, "ann2"),
+        (2, "bob again"),
+    ]
+    v2 = pa.struct([("id", pa.int32()), ("owner", pa.string()), ("email", pa.string())])
+    task.put_batch(
+        sink_batch(
+            "accounts",
+            [6, 7],
+            [{"id": 1, "owner": "ann", "email": "a@x"}, None],
+            v2,
+            [{"id": 1}, {"id": 2}],
+            key_type,
+        )
+    )
+    task.stop()
+    assert query(postgres_db, "SELECT id, owner, email FROM accounts ORDER BY id") == [
+        (1, "ann", "a@x")
+    ]
+    assert query(
+        postgres_db,
+        "SELECT conname FROM pg_constraint WHERE contype = 'p' AND conrelid = 'accounts'::regclass",
+    ) == [("accounts_pkey",)]
+
+
+def test_sink_update_mode_by_value_fields_and_a_missing_table_without_auto_create(
+    postgres_db: str,
+) -> None:
+    execute(
+        postgres_db,
+        "CREATE TABLE stock (sku text PRIMARY KEY, qty int)",
+        "INSERT INTO stock VALUES ('a', 1), ('b', 2)",
+    )
+    value = pa.struct([("sku", pa.string()), ("qty", pa.int32())])
+    tp = TopicPartition("stock", 0)
+    task, _ = sink_task(
+        postgres_db,
+        [tp],
+        **{"insert.mode": "update", "pk.mode": "record_value", "pk.fields": "sku"},
+    )
+    task.put_batch(
+        sink_batch("stock", [0, 1], [{"sku": "a", "qty": 7}, {"sku": "zz", "qty": 9}], value)
+    )
+    assert query(postgres_db, "SELECT * FROM stock ORDER BY sku") == [("a", 7), ("b", 2)]
+    with pytest.raises(ConnectError, match="'nowhere' does not exist"):
+        task.put_batch(sink_batch("nowhere", [0], [{"sku": "a", "qty": 1}], value))
+    task.stop()
+
+
+def test_sink_is_exactly_once_across_a_kill_between_put_and_the_offset_commit(
+    postgres_db: str,
+) -> None:
+    """Task A writes offsets 0-4 and dies before the framework commits anything; the
+    consumer would resume at 0, but task B rewinds to 5 and drops a redelivered overlap.
+    Plain inserts without a key: a duplicate would show."""
+    value = pa.struct([("n", pa.int64())])
+    tp = TopicPartition("numbers", 3)
+    first, _ = sink_task(postgres_db, [tp], **{"auto.create": "true"})
+    first.put_batch(
+        sink_batch("numbers", range(5), [{"n": i} for i in range(5)], value, partition=3)
+    )
+    del first  # killed: no pre_commit, no stop
+
+    second, context = sink_task(postgres_db, [tp])
+    assert context.rewinds == {tp: 5}
+    second.put_batch(
+        sink_batch("numbers", range(3, 8), [{"n": i} for i in range(3, 8)], value, partition=3)
+    )
+    second.stop()
+    assert query(postgres_db, "SELECT n FROM numbers ORDER BY n") == [(i,) for i in range(8)]
+
+
+def test_a_failed_batch_writes_neither_rows_nor_offsets_and_is_written_once_later(
+    postgres_db: str,
+) -> None:
+    execute(postgres_db, "CREATE TABLE scores (n bigint CHECK (n >= 0))")
+    value = pa.struct([("n", pa.int64())])
+    tp = TopicPartition("scores", 0)
+    task, _ = sink_task(postgres_db, [tp])
+    task.put_batch(sink_batch("scores", [0, 1], [{"n": 0}, {"n": 1}], value))
+    with pytest.raises(ConnectError, match="scores_n_check"):
+        task.put_batch(sink_batch("scores", [2, 3, 4], [{"n": 2}, {"n": 3}, {"n": -4}], value))
+    assert query(postgres_db, "SELECT count(*) FROM scores") == [(2,)]
+    assert query(postgres_db, "SELECT next_offset FROM raystream_connect_offsets") == [(2,)]
+    task.stop()  # the task fails; its restart gets the records again, fixed by a transform
+    restarted, context = sink_task(postgres_db, [tp])
+    assert context.rewinds == {tp: 2}
+    restarted.put_batch(sink_batch("scores", [2, 3, 4], [{"n": 2}, {"n": 3}, {"n": 4}], value))
+    restarted.stop()
+    assert query(postgres_db, "SELECT n FROM scores ORDER BY n") == [(i,) for i in range(5)]
+
+
+def test_cdc_into_the_sink_copies_a_table_with_its_deletes(postgres_db: str) -> None:
+    """Source batches become sink batches as the runtime would pass them through a topic."""
+    execute(postgres_db, "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance bigint)")
+    store = OffsetStore()
+    source = source_task(postgres_db, store, **cdc_config(**{"batch.max.rows": "3"}))
+    execute(
+        postgres_db,
+        "INSERT INTO accounts SELECT i, 'o' || i, i * 10 FROM generate_series(1, 7) i",
+        "UPDATE accounts SET balance = 0 WHERE id % 2 = 0",
+        "DELETE FROM accounts WHERE id = 3",
+        "UPDATE accounts SET id = 30 WHERE id = 5",
+    )
+    sink = PostgresSink()
+    sink.start(
+        {
+            "connection.url": postgres_db,
+            "name": "copy",
+            "pk.mode": "record_key",
+            "insert.mode": "upsert",
+            "delete.enabled": "true",
+            "auto.create": "true",
+            "table.name.format": "copy_of_${topic}",
+        }
+    )
+    (config,) = sink.task_configs(1)
+    tp = TopicPartition("accounts", 0)
+    task = PostgresSinkTask()
+    task.context = SinkContext()
+    task.start(config)
+    task.open([tp])
+    next_offset = 0
+    for batch in drain(source, store):
+        n = batch.table.num_rows
+        table = batch.table
+        task.put_batch(
+            sink_batch(
+                "accounts",
+                range(next_offset, next_offset + n),
+                table.column("value").to_pylist(),
+                table.column("value").type,
+                table.column("key").to_pylist(),
+                table.column("key").type,
+            )
+        )
+        next_offset += n
+    source.stop()
+    task.stop()
+    assert query(postgres_db, "SELECT * FROM copy_of_accounts ORDER BY id") == query(
+        postgres_db, "SELECT * FROM accounts ORDER BY id"
+    )
+    assert len(query(postgres_db, "SELECT * FROM accounts")) == 6
