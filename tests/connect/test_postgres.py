@@ -438,13 +438,8 @@ def test_cdc_resumes_after_a_kill_inside_a_large_transaction_losing_and_repeatin
         for b in (first, second, *rest)
         for k in b.table.column("key").to_pylist()
     ]
-    assert ids == [("cdc.accounts", i) for i in range(1, 11)][:8] + [
-        ("cdc.accounts", 9),
-        ("cdc.accounts", 10),
-        ("cdc.other", 1),
-        ("cdc.accounts", 11),
-        ("cdc.accounts", 12),
-    ]
+    accounts = [("cdc.accounts", i) for i in range(1, 13)]
+    assert ids == [*accounts[:10], ("cdc.other", 1), *accounts[10:]]
     assert rest[-1].source_offset.keys() == {"lsn"}
     assert _lsn(confirmed_flush_lsn(postgres_db)) == rest[-1].source_offset["lsn"]
 
@@ -470,7 +465,7 @@ def sink_batch(
     values: Sequence[Any],
     value_type: pa.DataType,
     keys: Sequence[Any] | None = None,
-    key_type: pa.DataType = pa.null(),
+    key_type: pa.DataType | None = None,
     partition: int = 0,
 ) -> pa.Table:
     """A sink batch as the runtime hands it (see the connector API's docstring)."""
@@ -481,7 +476,7 @@ def sink_batch(
             "partition": pa.array([partition] * n, pa.int32()),
             "offset": pa.array(offsets, pa.int64()),
             "timestamp": pa.array([0] * n, pa.int64()),
-            "key": pa.array(keys if keys is not None else [None] * n, key_type),
+            "key": pa.array(keys if keys is not None else [None] * n, key_type or pa.null()),
             "value": pa.array(values, value_type),
             "headers": pa.array(
                 [[]] * n, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
