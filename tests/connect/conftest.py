@@ -141,7 +141,7 @@ def postgres_db(postgres: PostgresServer, request) -> Iterator[str]:
     name = f"t{next(_databases)}_{request.node.name.lower()}"[:60]
     name = "".join(c if c.isalnum() else "_" for c in name)
     with psycopg.connect(postgres.url(), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}" STRATEGY = FILE_COPY')
     yield postgres.url(name)
     with psycopg.connect(postgres.url(), autocommit=True) as admin:
         admin.execute(

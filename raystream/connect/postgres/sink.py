@@ -1,0 +1,360 @@
+"""The PostgreSQL sink: insert or upsert, each batch with its offsets in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from raystream.connect.api import SinkConnector, SinkTask
+from raystream.connect.postgres.common import (
+    bool_setting,
+    choice_setting,
+    connect,
+    conninfo,
+    identifier,
+    pg_type,
+    split_list,
+)
+from raystream.errors import ConnectError, InvalidConfigError, RetriableConnectError
+from raystream.types import TopicPartition
+
+INSERT_MODES = ("insert", "upsert", "update")
+PK_MODES = ("none", "kafka", "record_key", "record_value")
+
+_KAFKA_PK = ("__connect_topic", "__connect_partition", "__connect_offset")
+
+
+@dataclass(frozen=True)
+class PostgresSinkConfig:
+    """The sink's settings, from Kafka's JDBC sink keys (``.`` -> ``_``)."""
+
+    connector: str
+    table_name_format: str
+    insert_mode: str
+    pk_mode: str
+    pk_fields: tuple[str, ...]
+    auto_create: bool
+    auto_evolve: bool
+    delete_enabled: bool
+    offsets_table_name: str
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str]) -> PostgresSinkConfig:
+        """Validated settings; ``InvalidConfigError`` names the bad key."""
+        conninfo(config)
+        if not config.get("name"):
+            raise InvalidConfigError(
+                "PostgresSink needs the connector's name (key 'name'): its offsets are "
+                "stored under it"
+            )
+        insert_mode = choice_setting(config, "insert.mode", INSERT_MODES, "insert")
+        pk_mode = choice_setting(config, "pk.mode", PK_MODES, "none")
+        pk_fields = tuple(split_list(config.get("pk.fields")))
+        delete_enabled = bool_setting(config, "delete.enabled", False)
+        if insert_mode != "insert" and pk_mode == "none":
+            raise InvalidConfigError(f"insert.mode={insert_mode} needs a key: set pk.mode")
+        if pk_mode == "record_value" and not pk_fields:
+            raise InvalidConfigError("pk.mode=record_value needs pk.fields")
+        if pk_mode == "kafka" and pk_fields and len(pk_fields) != 3:
+            raise InvalidConfigError("pk.mode=kafka takes three pk.fields (topic,partition,offset)")
+        if delete_enabled and pk_mode != "record_key":
+            raise InvalidConfigError("delete.enabled=true needs pk.mode=record_key")
+        return cls(
+            connector=config["name"],
+            table_name_format=config.get("table.name.format", "${topic}"),
+            insert_mode=insert_mode,
+            pk_mode=pk_mode,
+            pk_fields=pk_fields,
+            auto_create=bool_setting(config, "auto.create", False),
+            auto_evolve=bool_setting(config, "auto.evolve", False),
+            delete_enabled=delete_enabled,
+            offsets_table_name=config.get("offsets.table.name", "raystream_connect_offsets"),
+        )
+
+
+class PostgresSink(SinkConnector):
+    """Kafka's JDBC sink for PostgreSQL, exactly once (see the module)."""
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        PostgresSinkConfig.from_config(config)
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+        PostgresSinkConfig.from_config(config)
+
+    def task_class(self) -> type[SinkTask]:
+        return PostgresSinkTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.config) for _ in range(max_tasks)]
+
+    def stop(self) -> None:
+        pass
+
+
+def _rows_table(batch: pa.Table, settings: PostgresSinkConfig) -> tuple[pa.Table, list[str]]:
+    """The columns to write of one topic's rows and the names of its key columns: the
+    key's and the value's fields (the value's null for tombstones), the Kafka
+    coordinates for ``pk.mode=kafka``."""
+    value = batch.column("value").combine_chunks()
+    if pa.types.is_null(value.type):  # only tombstones, of no known value shape
+        value = pa.StructArray.from_arrays([], fields=[], mask=pa.array([True] * len(value)))
+    if not pa.types.is_struct(value.type):
+        raise ConnectError(
+            f"PostgresSink needs structured values (a struct value, e.g. value.converter="
+            f"json with schemas, or arrow); topic {batch.column('topic')[0]} has {value.type}"
+        )
+    columns: dict[str, pa.Array] = {}
+    if settings.pk_mode == "kafka":
+        names = settings.pk_fields or _KAFKA_PK
+        for name, source in zip(names, ("topic", "partition", "offset"), strict=True):
+            columns[name] = batch.column(source).combine_chunks()
+    elif settings.pk_mode == "record_key":
+        key = batch.column("key").combine_chunks()
+        if pa.types.is_struct(key.type):
+            fields = [key.type.field(i).name for i in range(key.type.num_fields)]
+            wanted = settings.pk_fields or tuple(fields)
+            for name in wanted:
+                if name not in fields:
+                    raise ConnectError(f"PostgresSink: pk.fields names {name!r}, not in the key")
+                columns[name] = key.field(name)
+        else:
+            names = settings.pk_fields or ("__connect_key",)
+            if len(names) != 1:
+                raise ConnectError("PostgresSink: a primitive key fills one of pk.fields")
+            columns[names[0]] = key
+    key = list(columns)
+    for i in range(value.type.num_fields):
+        name = value.type.field(i).name
+        if name not in columns:
+            columns[name] = value.field(i)
+    if settings.pk_mode == "record_value":
+        key = list(settings.pk_fields)
+        for name in key:
+            if name not in columns:
+                raise ConnectError(f"PostgresSink: pk.fields names {name!r}, not in the value")
+    return pa.table(columns), key
+
+
+def _python_rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    """Rows for psycopg: nested values (structs, lists, maps) as JSON."""
+    columns = []
+    for column in table.columns:
+        values = column.to_pylist()
+        if pa.types.is_nested(column.type):
+            values = [None if v is None else Jsonb(v) for v in values]
+        columns.append(values)
+    return list(zip(*columns, strict=True))
+
+
+class PostgresSinkTask(SinkTask):
+    """Writes batches into tables, each in one transaction with its next offsets."""
+
+    def start(self, config: dict[str, str]) -> None:
+        self.settings = PostgresSinkConfig.from_config(config)
+        self.conn = connect(config)
+        self.offsets = identifier(self.settings.offsets_table_name)
+        self.next_offsets: dict[TopicPartition, int] = {}
+        self.columns: dict[str, dict[str, str]] = {}  # table -> column -> type, as known
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (connector text NOT NULL, topic text NOT NULL,"
+                " kafka_partition integer NOT NULL, next_offset bigint NOT NULL,"
+                " PRIMARY KEY (connector, topic, kafka_partition))"
+            ).format(self.offsets)
+        )
+
+    def open(self, partitions: Sequence[TopicPartition]) -> None:
+        """Read the stored next offsets of ``partitions`` and rewind the consumer there."""
+        stored = {
+            TopicPartition(topic, partition): offset
+            for topic, partition, offset in self.conn.execute(
+                sql.SQL(
+                    "SELECT topic, kafka_partition, next_offset FROM {} WHERE connector = %s"
+                ).format(self.offsets),
+                [self.settings.connector],
+            )
+        }
+        rewind = {tp: stored[tp] for tp in partitions if tp in stored}
+        self.next_offsets.update(rewind)
+        if rewind and self.context is not None:
+            self.context.offset(rewind)
+
+    def close(self, partitions: Sequence[TopicPartition]) -> None:
+        for tp in partitions:
+            self.next_offsets.pop(tp, None)
+
+    def pre_commit(self, offsets: Mapping[TopicPartition, int]) -> Mapping[TopicPartition, int]:
+        return {}
+
+    def put_batch(self, batch: pa.Table) -> None:
+        """Write ``batch`` (rows at or below the stored offsets dropped: already written)
+        and its next offsets in one transaction."""
+        batch = self._unwritten(batch)
+        if batch.num_rows == 0:
+            return
+        ends: dict[TopicPartition, int] = {}
+        for topic, partition, offset in zip(
+            batch.column("topic").to_pylist(),
+            batch.column("partition").to_pylist(),
+            batch.column("offset").to_pylist(),
+            strict=True,
+        ):
+            ends[TopicPartition(topic, partition)] = offset + 1
+        try:
+            with self.conn.transaction():
+                for topic in dict.fromkeys(batch.column("topic").to_pylist()):
+                    rows = batch.filter(pc.equal(batch.column("topic"), topic))
+                    self._write(topic, rows)
+                with self.conn.cursor() as cursor:
+                    cursor.executemany(
+                        sql.SQL(
+                            "INSERT INTO {} VALUES (%s, %s, %s, %s) ON CONFLICT (connector, topic,"
+                            " kafka_partition) DO UPDATE SET next_offset = EXCLUDED.next_offset"
+                        ).format(self.offsets),
+                        [
+                            (self.settings.connector, tp.topic, tp.partition, o)
+                            for tp, o in ends.items()
+                        ],
+                    )
+        except psycopg.OperationalError as error:
+            self.columns.clear()  # the transaction's DDL rolled back too
+            raise RetriableConnectError(f"PostgresSink: writing: {error}") from error
+        except psycopg.Error as error:
+            self.columns.clear()
+            raise ConnectError(f"PostgresSink: writing: {error}") from error
+        self.next_offsets.update(ends)
+
+    def _unwritten(self, batch: pa.Table) -> pa.Table:
+        if not self.next_offsets or batch.num_rows == 0:
+            return batch
+        keep = [
+            offset >= self.next_offsets.get(TopicPartition(topic, partition), 0)
+            for topic, partition, offset in zip(
+                batch.column("topic").to_pylist(),
+                batch.column("partition").to_pylist(),
+                batch.column("offset").to_pylist(),
+                strict=True,
+            )
+        ]
+        return batch.filter(pa.array(keep, type=pa.bool_()))
+
+    def _write(self, topic: str, batch: pa.Table) -> None:
+        table = self.settings.table_name_format.replace("${topic}", topic)
+        rows, key = _rows_table(batch, self.settings)
+        self._ensure_table(table, rows.schema, key)
+        tombstone = batch.column("value").is_null().to_pylist()
+        start = 0
+        while start < len(tombstone):  # runs of writes and of deletes, in record order
+            end = start
+            while end < len(tombstone) and tombstone[end] == tombstone[start]:
+                end += 1
+            if not tombstone[start]:
+                self._upsert(table, rows.slice(start, end - start), key)
+            elif self.settings.delete_enabled:
+                self._delete(table, rows.slice(start, end - start), key)
+            start = end
+
+    def _ensure_table(self, table: str, schema: pa.Schema, key: list[str]) -> None:
+        """Create the table (``auto.create``) or add missing columns (``auto.evolve``)."""
+        known = self.columns.get(table)
+        if known is None:
+            known = {
+                name: type_
+                for name, type_ in self.conn.execute(
+                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+                    " WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+                    [table],
+                )
+            }
+        if not known:
+            if not self.settings.auto_create:
+                raise ConnectError(f"PostgresSink: table {table!r} does not exist (auto.create)")
+            definition = [
+                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(pg_type(f.type)))
+                for f in schema
+            ]
+            if key:
+                definition.append(
+                    sql.SQL("PRIMARY KEY ({})").format(
+                        sql.SQL(", ").join(sql.Identifier(k) for k in key)
+                    )
+                )
+            self.conn.execute(
+                sql.SQL("CREATE TABLE {} ({})").format(
+                    identifier(table), sql.SQL(", ").join(definition)
+                )
+            )
+            known = {f.name: pg_type(f.type) for f in schema}
+        missing = [f for f in schema if f.name not in known]
+        if missing and not self.settings.auto_evolve:
+            names = ", ".join(f.name for f in missing)
+            raise ConnectError(f"PostgresSink: table {table!r} has no column {names} (auto.evolve)")
+        for f in missing:
+            self.conn.execute(
+                sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(
+                    identifier(table), sql.Identifier(f.name), sql.SQL(pg_type(f.type))
+                )
+            )
+            known[f.name] = pg_type(f.type)
+        self.columns[table] = known
+
+    def _upsert(self, table: str, rows: pa.Table, key: list[str]) -> None:
+        target = identifier(table)
+        names = sql.SQL(", ").join(sql.Identifier(n) for n in rows.column_names)
+        if self.settings.insert_mode == "insert":
+            with self.conn.cursor() as cursor:
+                copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(target, names)
+                with cursor.copy(copy_sql) as copy:
+                    for row in _python_rows(rows):
+                        copy.write_row(row)
+            return
+        others = [n for n in rows.column_names if n not in key]
+        if self.settings.insert_mode == "upsert":
+            action = (
+                sql.SQL("DO UPDATE SET ")
+                + sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others
+                )
+                if others
+                else sql.SQL("DO NOTHING")
+            )
+            statement = (
+                sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) ").format(
+                    target,
+                    names,
+                    sql.SQL(", ").join(sql.Placeholder() * len(rows.column_names)),
+                    sql.SQL(", ").join(sql.Identifier(k) for k in key),
+                )
+                + action
+            )
+            params = _python_rows(rows)
+        else:  # update
+            statement = sql.SQL("UPDATE {} SET {} WHERE {}").format(
+                target,
+                sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in others),
+                sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key),
+            )
+            params = _python_rows(rows.select(others + key))
+        with self.conn.cursor() as cursor:
+            cursor.executemany(statement, params)
+
+    def _delete(self, table: str, rows: pa.Table, key: list[str]) -> None:
+        statement = sql.SQL("DELETE FROM {} WHERE {}").format(
+            identifier(table),
+            sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key),
+        )
+        with self.conn.cursor() as cursor:
+            cursor.executemany(statement, _python_rows(rows.select(key)))
+
+    def stop(self) -> None:
+        conn = getattr(self, "conn", None)
+        if conn is not None:
+            conn.close()
