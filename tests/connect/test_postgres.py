@@ -707,3 +707,51 @@ def test_cdc_into_the_sink_copies_a_table_with_its_deletes(postgres_db: str) -> 
         postgres_db, "SELECT * FROM accounts ORDER BY id"
     )
     assert len(query(postgres_db, "SELECT * FROM accounts")) == 6
+
+
+def test_a_tombstone_without_delete_enabled_fails_the_batch_naming_the_record(
+    postgres_db: str,
+) -> None:
+    value = pa.struct([("n", pa.int64())])
+    task, _ = sink_task(postgres_db, [TopicPartition("t", 0)], **{"auto.create": "true"})
+    with pytest.raises(
+        ConnectError, match="tombstone .* at t-0 offset 8 with delete.enabled=false"
+    ):
+        task.put_batch(sink_batch("t", [7, 8], [{"n": 1}, None], value))
+    task.stop()
+    assert query(postgres_db, "SELECT to_regclass('t')") == [(None,)]  # rolled back whole
+
+
+def test_sink_copies_every_arrow_type_it_maps(postgres_db: str) -> None:
+    kinds = pa.struct(
+        [
+            ("raw", pa.binary()),
+            ("took", pa.duration("us")),
+            ("day", pa.date32()),
+            ("at", pa.time64("us")),
+            ("price", pa.decimal128(8, 3)),
+            ("ok", pa.bool_()),
+            ("ratio", pa.float32()),
+            ("text", pa.string()),
+            ("small", pa.int8()),
+            ("doc", pa.struct([("a", pa.int64()), ("b", pa.list_(pa.string()))])),
+        ]
+    )
+    row = {
+        "raw": b'\x00\xff,"',
+        "took": dt.timedelta(days=1, microseconds=5),
+        "day": dt.date(2024, 2, 29),
+        "at": dt.time(23, 59, 58, 7),
+        "price": Decimal("-1.250"),
+        "ok": False,
+        "ratio": float("inf"),
+        "text": "",
+        "small": -3,
+        "doc": {"a": 1, "b": ["x", 'y,"z"']},
+    }
+    empty = dict.fromkeys(row)
+    task, _ = sink_task(postgres_db, [TopicPartition("kinds", 0)], **{"auto.create": "true"})
+    task.put_batch(sink_batch("kinds", [0, 1], [row, empty], kinds))
+    task.stop()
+    written = query(postgres_db, "SELECT * FROM kinds")
+    assert written == [tuple(row.values()), tuple(empty.values())]

@@ -39,7 +39,8 @@ whose ``value`` is a struct of the row's columns, typed from the table's column 
 (``${topic}`` replaced): ``insert.mode`` ``insert`` (COPY) or ``upsert`` / ``update`` by
 the key ``pk.mode`` = ``none`` | ``kafka`` | ``record_key`` | ``record_value`` with
 ``pk.fields``; ``auto.create`` makes the table from the records' Arrow schema and
-``auto.evolve`` adds missing columns; ``delete.enabled`` turns tombstones into deletes.
+``auto.evolve`` adds missing columns; ``delete.enabled`` turns tombstones into deletes
+(without it a tombstone fails the batch, as in Kafka: filter them out to ignore them).
 Each batch is written in ONE database transaction together with the next offsets of
 its partitions in the table ``offsets.table.name`` (``raystream_connect_offsets``), so a
 task killed at any moment leaves the data and its offsets agreeing: ``open`` rewinds

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import io
+import itertools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as csv
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from raystream.connect.api import SinkConnector, SinkTask
 from raystream.connect.postgres.common import (
@@ -143,15 +148,54 @@ def _rows_table(batch: pa.Table, settings: PostgresSinkConfig) -> tuple[pa.Table
     return pa.table(columns), key
 
 
-def _python_rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows for psycopg: nested values (structs, lists, maps) as JSON."""
+def _csv_text(value: Any, type_: pa.DataType) -> str:
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
+        return "\\x" + value.hex()  # bytea's hex input
+    if pa.types.is_duration(type_):
+        return f"{value // dt.timedelta(microseconds=1)} microseconds"
+    return json.dumps(value, default=str)  # nested values into jsonb
+
+
+def copy_csv(table: pa.Table) -> bytes:
+    """``table`` as the CSV that ``COPY ... (FORMAT csv)`` reads, written by Arrow's CSV
+    writer: a null is an empty field and an empty string a quoted one, as COPY expects.
+
+    Columns Arrow writes as COPY reads them (numbers, strings, booleans, decimals, dates,
+    times, timestamps) are converted in C; binary, durations and nested values, which
+    PostgreSQL spells differently, go through Python first.
+    """
     columns = []
     for column in table.columns:
-        values = column.to_pylist()
-        if pa.types.is_nested(column.type):
-            values = [None if v is None else Jsonb(v) for v in values]
-        columns.append(values)
-    return list(zip(*columns, strict=True))
+        type_ = column.type
+        if (
+            pa.types.is_binary(type_)
+            or pa.types.is_large_binary(type_)
+            or pa.types.is_duration(type_)
+            or pa.types.is_nested(type_)
+        ):
+            column = pa.array(
+                [None if v is None else _csv_text(v, type_) for v in column.to_pylist()],
+                pa.string(),
+            )
+        elif pa.types.is_null(type_):
+            column = column.cast(pa.string())
+        columns.append(column)
+    sink = io.BytesIO()
+    csv.write_csv(
+        pa.table(columns, names=table.column_names), sink, csv.WriteOptions(include_header=False)
+    )
+    return sink.getvalue()
+
+
+def last_per_key(rows: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The last row of each key, in record order: what applying them in turn leaves (one
+    ``INSERT ... ON CONFLICT`` may not touch a row twice)."""
+    index = rows.select(list(key)).append_column(
+        "__row", pa.array(range(rows.num_rows), pa.int64())
+    )
+    last = index.group_by(list(key), use_threads=False).aggregate([("__row", "max")])
+    rows_kept = last.column("__row_max").combine_chunks()
+    return rows.take(pc.take(rows_kept, pc.array_sort_indices(rows_kept)))
 
 
 class PostgresSinkTask(SinkTask):
@@ -163,6 +207,7 @@ class PostgresSinkTask(SinkTask):
         self.offsets = identifier(self.settings.offsets_table_name)
         self.next_offsets: dict[TopicPartition, int] = {}
         self.columns: dict[str, dict[str, str]] = {}  # table -> column -> type, as known
+        self._stages = 0  # staging tables made, for their names
         self.conn.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} (connector text NOT NULL, topic text NOT NULL,"
@@ -200,17 +245,19 @@ class PostgresSinkTask(SinkTask):
         batch = self._unwritten(batch)
         if batch.num_rows == 0:
             return
-        ends: dict[TopicPartition, int] = {}
-        for topic, partition, offset in zip(
-            batch.column("topic").to_pylist(),
-            batch.column("partition").to_pylist(),
-            batch.column("offset").to_pylist(),
-            strict=True,
-        ):
-            ends[TopicPartition(topic, partition)] = offset + 1
+        last = batch.group_by(["topic", "partition"], use_threads=False).aggregate(
+            [("offset", "max")]
+        )
+        ends = {
+            TopicPartition(topic, partition): offset + 1
+            for topic, partition, offset in zip(
+                *(last.column(c).to_pylist() for c in ("topic", "partition", "offset_max")),
+                strict=True,
+            )
+        }
         try:
             with self.conn.transaction():
-                for topic in dict.fromkeys(batch.column("topic").to_pylist()):
+                for topic in pc.unique(batch.column("topic")).to_pylist():  # first seen first
                     rows = batch.filter(pc.equal(batch.column("topic"), topic))
                     self._write(topic, rows)
                 with self.conn.cursor() as cursor:
@@ -235,32 +282,38 @@ class PostgresSinkTask(SinkTask):
     def _unwritten(self, batch: pa.Table) -> pa.Table:
         if not self.next_offsets or batch.num_rows == 0:
             return batch
-        keep = [
-            offset >= self.next_offsets.get(TopicPartition(topic, partition), 0)
-            for topic, partition, offset in zip(
-                batch.column("topic").to_pylist(),
-                batch.column("partition").to_pylist(),
-                batch.column("offset").to_pylist(),
-                strict=True,
+        written = pa.scalar(False)
+        for tp, next_offset in self.next_offsets.items():
+            written = pc.or_(
+                written,
+                pc.and_(
+                    pc.and_(
+                        pc.equal(batch.column("topic"), tp.topic),
+                        pc.equal(batch.column("partition"), tp.partition),
+                    ),
+                    pc.less(batch.column("offset"), next_offset),
+                ),
             )
-        ]
-        return batch.filter(pa.array(keep, type=pa.bool_()))
+        return batch.filter(pc.invert(written))
 
     def _write(self, topic: str, batch: pa.Table) -> None:
         table = self.settings.table_name_format.replace("${topic}", topic)
         rows, key = _rows_table(batch, self.settings)
         self._ensure_table(table, rows.schema, key)
-        tombstone = batch.column("value").is_null().to_pylist()
-        start = 0
-        while start < len(tombstone):  # runs of writes and of deletes, in record order
-            end = start
-            while end < len(tombstone) and tombstone[end] == tombstone[start]:
-                end += 1
+        tombstone = batch.column("value").is_null().to_numpy()
+        bounds = [0, *(np.flatnonzero(np.diff(tombstone)) + 1).tolist(), len(tombstone)]
+        for start, end in itertools.pairwise(bounds):  # runs of writes and of deletes, in order
             if not tombstone[start]:
                 self._upsert(table, rows.slice(start, end - start), key)
             elif self.settings.delete_enabled:
                 self._delete(table, rows.slice(start, end - start), key)
-            start = end
+            else:
+                partition, offset = batch["partition"][start], batch["offset"][start]
+                raise ConnectError(
+                    f"PostgresSink: a tombstone (null value) at {topic}-{partition} offset "
+                    f"{offset} with delete.enabled=false: set delete.enabled=true with "
+                    f"pk.mode=record_key to delete, or drop tombstones with a Filter transform"
+                )
 
     def _ensure_table(self, table: str, schema: pa.Schema, key: list[str]) -> None:
         """Create the table (``auto.create``) or add missing columns (``auto.evolve``)."""
@@ -306,53 +359,72 @@ class PostgresSinkTask(SinkTask):
             known[f.name] = pg_type(f.type)
         self.columns[table] = known
 
-    def _upsert(self, table: str, rows: pa.Table, key: list[str]) -> None:
-        target = identifier(table)
+    def _copy(self, target: sql.Composable, rows: pa.Table) -> None:
         names = sql.SQL(", ").join(sql.Identifier(n) for n in rows.column_names)
-        if self.settings.insert_mode == "insert":
-            with self.conn.cursor() as cursor:
-                copy_sql = sql.SQL("COPY {} ({}) FROM STDIN").format(target, names)
-                with cursor.copy(copy_sql) as copy:
-                    for row in _python_rows(rows):
-                        copy.write_row(row)
-            return
-        others = [n for n in rows.column_names if n not in key]
-        if self.settings.insert_mode == "upsert":
-            action = (
-                sql.SQL("DO UPDATE SET ")
-                + sql.SQL(", ").join(
-                    sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(n)) for n in others
-                )
-                if others
-                else sql.SQL("DO NOTHING")
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(target, names)
+        with self.conn.cursor() as cursor, cursor.copy(statement) as copy:
+            copy.write(copy_csv(rows))
+
+    def _stage(self, table: str, rows: pa.Table) -> sql.Identifier:
+        """A temporary table shaped as ``table`` holding ``rows``, dropped at commit."""
+        self._stages += 1
+        stage = sql.Identifier(f"raystream_stage_{self._stages}")
+        self.conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(
+                stage, identifier(table)
             )
+        )
+        self._copy(stage, rows)
+        return stage
+
+    def _upsert(self, table: str, rows: pa.Table, key: list[str]) -> None:
+        """Insert (COPY straight into the table), upsert or update (COPY into a staging
+        table, then one statement joining it)."""
+        target = identifier(table)
+        if self.settings.insert_mode == "insert":
+            self._copy(target, rows)
+            return
+        rows = last_per_key(rows, key)
+        stage = self._stage(table, rows)
+        names = [sql.Identifier(n) for n in rows.column_names]
+        others = [sql.Identifier(n) for n in rows.column_names if n not in key]
+        keys = [sql.Identifier(k) for k in key]
+        if self.settings.insert_mode == "upsert":
+            action = sql.SQL("DO NOTHING")
+            if others:
+                action = sql.SQL("DO UPDATE SET ") + sql.SQL(", ").join(
+                    sql.SQL("{0} = EXCLUDED.{0}").format(n) for n in others
+                )
             statement = (
-                sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) ").format(
+                sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) ").format(
                     target,
-                    names,
-                    sql.SQL(", ").join(sql.Placeholder() * len(rows.column_names)),
-                    sql.SQL(", ").join(sql.Identifier(k) for k in key),
+                    sql.SQL(", ").join(names),
+                    sql.SQL(", ").join(names),
+                    stage,
+                    sql.SQL(", ").join(keys),
                 )
                 + action
             )
-            params = _python_rows(rows)
         else:  # update
-            statement = sql.SQL("UPDATE {} SET {} WHERE {}").format(
+            statement = sql.SQL("UPDATE {} AS t SET {} FROM {} AS s WHERE {}").format(
                 target,
-                sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in others),
-                sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key),
+                sql.SQL(", ").join(sql.SQL("{0} = s.{0}").format(n) for n in others),
+                stage,
+                sql.SQL(" AND ").join(sql.SQL("t.{0} = s.{0}").format(k) for k in keys),
             )
-            params = _python_rows(rows.select(others + key))
-        with self.conn.cursor() as cursor:
-            cursor.executemany(statement, params)
+        self.conn.execute(statement)
 
     def _delete(self, table: str, rows: pa.Table, key: list[str]) -> None:
-        statement = sql.SQL("DELETE FROM {} WHERE {}").format(
-            identifier(table),
-            sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(k)) for k in key),
+        stage = self._stage(table, rows.select(key))
+        self.conn.execute(
+            sql.SQL("DELETE FROM {} AS t USING {} AS s WHERE {}").format(
+                identifier(table),
+                stage,
+                sql.SQL(" AND ").join(
+                    sql.SQL("t.{0} = s.{0}").format(sql.Identifier(k)) for k in key
+                ),
+            )
         )
-        with self.conn.cursor() as cursor:
-            cursor.executemany(statement, _python_rows(rows.select(key)))
 
     def stop(self) -> None:
         conn = getattr(self, "conn", None)
