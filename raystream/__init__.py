@@ -14,7 +14,8 @@ follow kafka-python::
     for record in consumer: ...
 
 ``rs.spark`` (Spark on Ray through RayDP) and ``rs.data`` (Ray Data) read and write
-topics as Arrow; they are imported on first use.
+topics as Arrow; ``rs.streams`` runs stream processing, ``rs.connectors`` Kafka Connect's
+connectors and ``rs.mirror`` MirrorMaker; all are imported on first use.
 """
 
 from importlib import import_module
@@ -31,6 +32,7 @@ from raystream.types import (
 )
 
 if TYPE_CHECKING:
+    from raystream import connect as connectors
     from raystream import data, spark, streams
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
@@ -43,9 +45,12 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # Names that need Ray (or the storage engine, or pyspark) are imported on first use, so
-# that ``import raystream.log`` stays a plain library import without Ray.
+# that ``import raystream.log`` stays a plain library import without Ray. ("mirror"
+# joins ``__all__`` with its package.)
 _SUBMODULES = {
+    "connectors": "raystream.connect",
     "data": "raystream.data",
+    "mirror": "raystream.mirror",
     "spark": "raystream.spark",
     "streams": "raystream.streams",
 }
@@ -91,6 +96,7 @@ __all__ = [
     "TopicPartition",
     "__version__",
     "connect",
+    "connectors",
     "data",
     "errors",
     "spark",

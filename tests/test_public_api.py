@@ -25,6 +25,7 @@ API = {
     "TopicPartition",
     "__version__",
     "connect",
+    "connectors",
     "data",
     "errors",
     "spark",
@@ -99,6 +100,9 @@ def test_the_storage_engine_and_pure_logic_import_without_ray() -> None:
         "raystream.client.partitioner",
         "raystream.transactions.metadata",
         "raystream.wire",
+        "raystream.connect.worker",
+        "raystream.connect.storage",
+        "raystream.connect.plugins",
     ]
     code = f"import sys, {', '.join(pure)}; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raystream.cli import acls as cli_acls
+from raystream.cli import connect as cli_connect
 from raystream.cli import manage, records
 from raystream.cli import quotas as cli_quotas
 from raystream.cli import streams as cli_streams
@@ -199,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_acls.add_parser(commands, _output_option)
     cli_quotas.add_parser(commands)
     cli_users.add_parser(commands)
+    cli_connect.add_parser(commands, _output_option)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -399,6 +401,7 @@ _COMMANDS = {
     "reassign-partitions": manage.reassign_partitions,
     "acls": cli_acls.acls,
     "users": cli_users.users,
+    "connect": cli_connect.connect,
 }
 
 
