@@ -132,7 +132,7 @@ def test_source_config_errors_name_the_bad_key(config: dict[str, str], named: st
         ({"name": "s", "insert.mode": "upsert"}, "pk.mode"),
         ({"name": "s", "pk.mode": "record_value"}, "pk.fields"),
         ({"name": "s", "delete.enabled": "true", "pk.mode": "kafka"}, "delete.enabled"),
-        ({"insert.mode": "insert"}, "name"),
+        ({"pk.mode": "key"}, "pk.mode"),
         ({"name": "s", "auto.create": "yes"}, "auto.create"),
     ],
 )
@@ -715,7 +715,7 @@ def test_a_tombstone_without_delete_enabled_fails_the_batch_naming_the_record(
     value = pa.struct([("n", pa.int64())])
     task, _ = sink_task(postgres_db, [TopicPartition("t", 0)], **{"auto.create": "true"})
     with pytest.raises(
-        ConnectError, match="tombstone .* at t-0 offset 8 with delete.enabled=false"
+        ConnectError, match=r"tombstone .* at t-0 offset 8 with delete\.enabled=false"
     ):
         task.put_batch(sink_batch("t", [7, 8], [{"n": 1}, None], value))
     task.stop()

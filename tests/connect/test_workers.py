@@ -115,8 +115,14 @@ def test_pause_stops_a_source_and_resume_finishes_it(
     topic = make_topic()
     workers.create(
         "count-p",
-        {"connector.class": "CountingSource", "topic": topic, "count": 400, "batch": 5,
-         "poll.ms": 20, **BYTES},
+        {
+            "connector.class": "CountingSource",
+            "topic": topic,
+            "count": 400,
+            "batch": 5,
+            "poll.ms": 20,
+            **BYTES,
+        },
     )
     wait_until(lambda: len(values(shared_cluster, topic)) >= 20, 30, "the source writing")
     workers.pause("count-p")
@@ -150,8 +156,15 @@ def test_a_killed_worker_resumes_its_source_at_the_committed_offset(
 ) -> None:
     topic = make_topic()
     name = f"count-kill-{int(exactly_once)}"
-    config = {"connector.class": "CountingSource", "topic": topic, "count": 600, "batch": 10,
-              "poll.ms": 20, "as.batch": "true", **BYTES}
+    config = {
+        "connector.class": "CountingSource",
+        "topic": topic,
+        "count": 600,
+        "batch": 10,
+        "poll.ms": 20,
+        "as.batch": "true",
+        **BYTES,
+    }
     if exactly_once:
         config["exactly.once.support"] = "required"
     workers.create(name, config)
@@ -162,14 +175,10 @@ def test_a_killed_worker_resumes_its_source_at_the_committed_offset(
     chaos.confirm()
     expected = [str(n).encode() for n in range(600)]
     if exactly_once:
-        wait_until(
-            lambda: len(values(shared_cluster, topic, isolation)) >= 600, 90, "every record"
-        )
+        wait_until(lambda: len(values(shared_cluster, topic, isolation)) >= 600, 90, "every record")
         assert values(shared_cluster, topic, isolation) == expected  # once each, in order
     else:
-        wait_until(
-            lambda: set(values(shared_cluster, topic)) == set(expected), 90, "every record"
-        )
+        wait_until(lambda: set(values(shared_cluster, topic)) == set(expected), 90, "every record")
         got = values(shared_cluster, topic)
         assert got[-1] == expected[-1] and len(got) - 600 <= 10  # a batch again at most
     workers.delete(name)
@@ -218,24 +227,32 @@ def test_the_rest_api_answers_in_kafka_connects_shapes(
     config = {"connector.class": "CountingSource", "topic": topic, "count": "5", **BYTES}
     with httpx.Client(base_url=workers.rest_url, timeout=30) as http:
         plugins = http.get("/connector-plugins").json()
-        assert {"class": "tiny_connectors.CountingSource", "type": "source",
-                "version": "0.1.0"} in plugins
+        assert {
+            "class": "tiny_connectors.CountingSource",
+            "type": "source",
+            "version": "0.1.0",
+        } in plugins
         created = http.post("/connectors", json={"name": "rest-a", "config": config})
         assert created.status_code == 201
         assert created.json()["name"] == "rest-a" and created.json()["type"] == "source"
-        assert http.post("/connectors", json={"name": "rest-a", "config": config}).status_code == 409
+        assert (
+            http.post("/connectors", json={"name": "rest-a", "config": config}).status_code == 409
+        )
         assert "rest-a" in http.get("/connectors").json()
         assert http.get("/connectors/rest-a/config").json()["count"] == "5"
         wait_until(
-            lambda: http.get("/connectors/rest-a/status").json()["tasks"][:1]
-            and http.get("/connectors/rest-a/status").json()["tasks"][0]["state"] == "RUNNING",
+            lambda: (
+                http.get("/connectors/rest-a/status").json()["tasks"][:1]
+                and http.get("/connectors/rest-a/status").json()["tasks"][0]["state"] == "RUNNING"
+            ),
             30,
             "the task RUNNING",
         )
         status = http.get("/connectors/rest-a/status").json()
         assert status["connector"]["state"] == "RUNNING" and status["type"] == "source"
         assert http.get("/connectors/rest-a/tasks").json()[0]["id"] == {
-            "connector": "rest-a", "task": 0
+            "connector": "rest-a",
+            "task": 0,
         }
         assert http.put("/connectors/rest-a/pause").status_code == 202
         wait_until(

@@ -185,9 +185,9 @@ class ChangeReader:
         self.conn = conn
         self.settings = settings
         self.partition = {"slot": settings.slot_name}
-        self.reader = getattr(context, "offset_storage_reader", None)
+        reader = getattr(context, "offset_storage_reader", None)
         self._ensure_slot()
-        stored = (self.reader.offset(self.partition) if self.reader else None) or {}
+        stored = (reader.offset(self.partition) if reader else None) or {}
         self.lsn = int(stored.get("lsn", 0))  # transactions ending here or before: done
         self.txn_lsn = int(stored.get("txn_lsn", 0))  # one half written, and how far
         self.txn_events = int(stored.get("txn_events", 0))
@@ -317,10 +317,11 @@ class ChangeReader:
             self.limit *= 2  # the window held only what was emitted: look further
 
     def commit(self) -> None:
-        """Advance the slot to the offset the framework stored: the server may then
-        recycle the WAL before it."""
-        stored = (self.reader.offset(self.partition) if self.reader else None) or {}
-        lsn = int(stored.get("lsn", 0))
+        """Advance the slot past the transactions polled whole so far: the framework
+        calls ``commit`` once what ``poll`` returned is written and its offsets stored
+        (Kafka's contract), so the server may recycle the WAL before them. A half-polled
+        transaction keeps the slot before it."""
+        lsn = self.lsn
         if not lsn:
             return
         self.conn.execute(

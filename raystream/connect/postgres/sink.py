@@ -38,7 +38,11 @@ _KAFKA_PK = ("__connect_topic", "__connect_partition", "__connect_offset")
 
 @dataclass(frozen=True)
 class PostgresSinkConfig:
-    """The sink's settings, from Kafka's JDBC sink keys (``.`` -> ``_``)."""
+    """The sink's settings, from Kafka's JDBC sink keys (``.`` -> ``_``).
+
+    ``connector`` keys the stored offsets: the connector's ``name``, or, in a config
+    without it, its topics and target table format (stable across restarts too).
+    """
 
     connector: str
     table_name_format: str
@@ -54,11 +58,9 @@ class PostgresSinkConfig:
     def from_config(cls, config: Mapping[str, str]) -> PostgresSinkConfig:
         """Validated settings; ``InvalidConfigError`` names the bad key."""
         conninfo(config)
-        if not config.get("name"):
-            raise InvalidConfigError(
-                "PostgresSink needs the connector's name (key 'name'): its offsets are "
-                "stored under it"
-            )
+        table_name_format = config.get("table.name.format", "${topic}")
+        topics = config.get("topics") or config.get("topics.regex") or ""
+        connector = config.get("name") or f"{topics} -> {table_name_format}"
         insert_mode = choice_setting(config, "insert.mode", INSERT_MODES, "insert")
         pk_mode = choice_setting(config, "pk.mode", PK_MODES, "none")
         pk_fields = tuple(split_list(config.get("pk.fields")))
@@ -72,8 +74,8 @@ class PostgresSinkConfig:
         if delete_enabled and pk_mode != "record_key":
             raise InvalidConfigError("delete.enabled=true needs pk.mode=record_key")
         return cls(
-            connector=config["name"],
-            table_name_format=config.get("table.name.format", "${topic}"),
+            connector=connector,
+            table_name_format=table_name_format,
             insert_mode=insert_mode,
             pk_mode=pk_mode,
             pk_fields=pk_fields,
