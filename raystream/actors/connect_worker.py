@@ -10,6 +10,7 @@ tasks from their group's committed offsets.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Mapping
@@ -18,6 +19,8 @@ from typing import Any
 import ray
 
 from raystream.connect.herder import Herder
+from raystream.errors import ConnectError
+from raystream.transport import CALL_ERRORS, stop_actor
 
 ACTOR_PREFIX = "connect:"
 
@@ -50,3 +53,79 @@ class ConnectWorkerShell:
 
 ConnectWorkerActor = ray.remote(max_concurrency=4)(ConnectWorkerShell)
 """The worker as a Ray actor class (threaded: status answers while the loop runs)."""
+
+
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 60.0
+
+
+def start_workers(
+    cluster: Any, group_id: str, count: int, plugins: Mapping[str, type] | None = None
+) -> None:
+    """Start (or find) workers ``0..count-1`` of ``group_id`` and wait until each answers.
+
+    Raises:
+        ConnectError: a worker did not start (its constructor failed: e.g. a plugin
+            class that cannot be unpickled there).
+    """
+    actors = [
+        ConnectWorkerActor.options(
+            name=worker_name(group_id, slot),
+            namespace=cluster.namespace,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_restarts=-1,
+            max_task_retries=0,
+        ).remote(cluster, group_id, slot, dict(plugins or {}))
+        for slot in range(count)
+    ]
+    for slot, actor in enumerate(actors):
+        try:
+            ray.get(actor.status.remote(), timeout=START_TIMEOUT_S)
+        except Exception as error:
+            raise ConnectError(
+                f"connect worker {slot} of group {group_id!r} did not start: {error}"
+            ) from None
+
+
+def worker_slots(namespace: str, group_id: str) -> list[int]:
+    """The slots of the group's worker actors that Ray knows by name."""
+    prefix = worker_name(group_id, 0)[:-1]
+    slots = []
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor["name"]
+        if actor["namespace"] == namespace and name.startswith(prefix):
+            tail = name[len(prefix) :]
+            if tail.isdigit():
+                slots.append(int(tail))
+    return sorted(slots)
+
+
+def _handle(namespace: str, group_id: str, slot: int) -> Any | None:
+    try:
+        return ray.get_actor(worker_name(group_id, slot), namespace=namespace)
+    except ValueError:  # not (or no longer) running
+        return None
+
+
+def worker_status(namespace: str, group_id: str, slot: int, timeout_s: float = 30.0) -> Any:
+    """Worker ``slot``'s ``status()``, or None when it cannot answer."""
+    actor = _handle(namespace, group_id, slot)
+    if actor is None:
+        return None
+    try:
+        return ray.get(actor.status.remote(), timeout=timeout_s)
+    except CALL_ERRORS:
+        return None
+
+
+def stop_workers(namespace: str, group_id: str, slots: list[int]) -> None:
+    """Stop these workers (their tasks commit first) and end their actors for good."""
+    actors = [a for a in (_handle(namespace, group_id, s) for s in slots) if a is not None]
+    refs = [a.stop.remote() for a in actors]
+    for ref in refs:
+        with contextlib.suppress(*CALL_ERRORS):
+            ray.get(ref, timeout=STOP_TIMEOUT_S)
+    for actor in actors:
+        stop_actor(actor)

@@ -112,38 +112,41 @@ class Pipeline:
         self.task_id = task_id
         self.failures: list[Any] = []
 
-    def _run(self, stage: str, fn: Callable[[pa.Table], pa.Table], batch: pa.Table) -> pa.Table:
+    def _run(
+        self, stage: str, fn: Callable[[pa.Table], pa.Table], batch: pa.Table, class_name: str
+    ) -> pa.Table:
         from raystream.connect.tolerance import apply_tolerant
 
         if batch.num_rows == 0:
             return batch
-        out, failures = apply_tolerant(self.policy, stage, fn, batch)
+        out, failures = apply_tolerant(self.policy, stage, fn, batch, class_name=class_name)
         self.failures.extend(failures)
         return out
 
+    def _convert(self, batch: pa.Table, which: str, converter: Any, to_connect: bool) -> pa.Table:
+        if which not in batch.column_names:
+            return batch
+        fn = _column_fn(which, converter.to_connect if to_connect else converter.from_connect)
+        stage = "KEY_CONVERTER" if which == "key" else "VALUE_CONVERTER"
+        return self._run(stage, fn, batch, type(converter).class_name)
+
     def transform(self, batch: pa.Table) -> pa.Table:
         for t in self.transforms:
-            batch = self._run("TRANSFORMATION", t.apply, batch)
+            batch = self._run("TRANSFORMATION", t.apply, batch, t.class_name)
         return batch
 
     def to_connect(self, batch: pa.Table) -> pa.Table:
         """Stored key/value -> connect data (a typed value is connect data already)."""
-        batch = self._run("KEY_CONVERTER", _column_fn("key", self.key_converter.to_connect), batch)
-        if "value" in batch.column_names and not pa.types.is_struct(
-            batch.schema.field("value").type
-        ):
-            fn = _column_fn("value", self.value_converter.to_connect)
-            batch = self._run("VALUE_CONVERTER", fn, batch)
+        batch = self._convert(batch, "key", self.key_converter, to_connect=True)
+        if not pa.types.is_struct(batch.schema.field("value").type):
+            batch = self._convert(batch, "value", self.value_converter, to_connect=True)
         return batch
 
     def from_connect(self, batch: pa.Table, typed: bool) -> pa.Table:
         """Connect data -> stored bytes; a typed topic's struct value stays a struct."""
-        if "key" in batch.column_names:
-            fn = _column_fn("key", self.key_converter.from_connect)
-            batch = self._run("KEY_CONVERTER", fn, batch)
+        batch = self._convert(batch, "key", self.key_converter, to_connect=False)
         if not typed:
-            fn = _column_fn("value", self.value_converter.from_connect)
-            batch = self._run("VALUE_CONVERTER", fn, batch)
+            batch = self._convert(batch, "value", self.value_converter, to_connect=False)
         return batch
 
     def take_failures(self) -> list[Any]:
@@ -563,7 +566,7 @@ class SinkTaskRunner(TaskRunner):
         self.flush_interval_s = (
             int(config.get("offset.flush.interval.ms", OFFSET_FLUSH_INTERVAL_MS)) / 1000
         )
-        self.dlq_topic = config.get("errors.deadletterqueue.topic.name", "").strip() or None
+        self.dlq_topic = self.pipeline.policy.deadletterqueue_topic_name or None
         self.consumer = env.cluster.consumer(
             group_id=config.get("consumer.override.group.id", f"connect-{env.connector}"),
             enable_auto_commit=False,
@@ -670,7 +673,10 @@ class SinkTaskRunner(TaskRunner):
             return
         from raystream.connect.tolerance import dead_letter_batch
 
-        table = dead_letter_batch(failures, self.env.connector, self.env.task_id)
+        headers = self.pipeline.policy.deadletterqueue_context_headers_enable
+        table = dead_letter_batch(
+            failures, self.env.connector, self.env.task_id, context_headers=headers
+        )
         if self.producer is None:
             with contextlib.suppress(TopicAlreadyExistsError):
                 self.env.cluster.admin().create_topic(self.dlq_topic, partitions=1)

@@ -21,7 +21,6 @@ kept as strings (``"tasks.max": 2`` becomes ``"2"``), as Kafka Connect keeps the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -31,11 +30,9 @@ from raystream.connect import plugins as plugin_table
 from raystream.connect import storage
 from raystream.connect.api import SinkConnector, SourceConnector
 from raystream.connect.worker import PAUSED, STARTED, ConfigState, connector_status
-from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
+from raystream.errors import ConnectError, InvalidConfigError
 
 logger = logging.getLogger(__name__)
-
-START_TIMEOUT_S = 120.0
 
 
 class ConnectorNotFoundError(ConnectError):
@@ -116,97 +113,33 @@ class Workers:
     def scale(self, num_workers: int) -> None:
         """Run ``num_workers`` worker actors: the count goes to the configs topic (every
         worker recomputes its share), missing slots start, extra slots stop."""
-        import ray
-
-        from raystream.actors.connect_worker import ConnectWorkerActor, worker_name
-        from raystream.transport import stop_actor
+        from raystream.actors import connect_worker
 
         self.store.write(self.store.configs_topic, [(storage.WORKERS_KEY, {"count": num_workers})])
-        namespace = self.cluster.namespace
-        started = [
-            ConnectWorkerActor.options(
-                name=worker_name(self.group_id, slot),
-                namespace=namespace,
-                lifetime="detached",
-                get_if_exists=True,
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-            ).remote(self.cluster, self.group_id, slot, self.extra_plugins)
-            for slot in range(num_workers)
-        ]
-        for slot, actor in enumerate(started):
-            try:
-                ray.get(actor.status.remote(), timeout=START_TIMEOUT_S)
-            except Exception as error:
-                raise ConnectError(
-                    f"connect worker {slot} of group {self.group_id!r} did not start: {error}"
-                ) from None
-        for slot in self._slots():
-            if slot >= num_workers:
-                with contextlib.suppress(ValueError):
-                    actor = ray.get_actor(worker_name(self.group_id, slot), namespace=namespace)
-                    with contextlib.suppress(RaystreamError, *_call_errors()):
-                        ray.get(actor.stop.remote(), timeout=60)
-                    stop_actor(actor)
+        connect_worker.start_workers(self.cluster, self.group_id, num_workers, self.extra_plugins)
+        extra = [s for s in self._slots() if s >= num_workers]
+        connect_worker.stop_workers(self.cluster.namespace, self.group_id, extra)
 
     def _slots(self) -> list[int]:
-        import ray
+        from raystream.actors.connect_worker import worker_slots
 
-        from raystream.actors.connect_worker import worker_name
+        return worker_slots(self.cluster.namespace, self.group_id)
 
-        prefix = worker_name(self.group_id, 0)[:-1]
-        slots = []
-        for actor in ray.util.list_named_actors(all_namespaces=True):
-            name = actor["name"]
-            if actor["namespace"] == self.cluster.namespace and name.startswith(prefix):
-                tail = name[len(prefix) :]
-                if tail.isdigit():
-                    slots.append(int(tail))
-        return sorted(slots)
-
-    def worker_statuses(self, timeout_s: float = 30.0) -> list[dict[str, Any] | None]:
+    def worker_statuses(self) -> list[dict[str, Any] | None]:
         """Each worker actor's own account of what it runs (None if it cannot answer)."""
-        import ray
+        from raystream.actors.connect_worker import worker_status
 
-        from raystream.actors.connect_worker import worker_name
-
-        result: list[dict[str, Any] | None] = []
-        for slot in self._slots():
-            try:
-                actor = ray.get_actor(
-                    worker_name(self.group_id, slot), namespace=self.cluster.namespace
-                )
-                result.append(ray.get(actor.status.remote(), timeout=timeout_s))
-            except (ValueError, *_call_errors()):
-                result.append(None)
-        return result
+        return [worker_status(self.cluster.namespace, self.group_id, s) for s in self._slots()]
 
     def shutdown(self) -> None:
         """Stop the REST server and every worker actor (tasks commit first); the
         connectors' configs and offsets stay in the topics for the next ``Workers``."""
-        import ray
-
-        from raystream.actors.connect_worker import worker_name
-        from raystream.transport import stop_actor
+        from raystream.actors.connect_worker import stop_workers
 
         if self._rest is not None:
             self._rest.stop()
             self._rest = None
-        actors = []
-        for slot in self._slots():
-            with contextlib.suppress(ValueError):
-                actors.append(
-                    ray.get_actor(
-                        worker_name(self.group_id, slot), namespace=self.cluster.namespace
-                    )
-                )
-        refs = [a.stop.remote() for a in actors]
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                ray.get(ref, timeout=60)
-        for actor in actors:
-            stop_actor(actor)
+        stop_workers(self.cluster.namespace, self.group_id, self._slots())
         self.close()
 
     def close(self) -> None:
@@ -400,9 +333,3 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _call_errors() -> tuple[type[BaseException], ...]:
-    from raystream.transport import CALL_ERRORS
-
-    return CALL_ERRORS
