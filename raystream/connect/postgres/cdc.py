@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import struct
 import time
 from collections.abc import Iterable
@@ -195,6 +196,8 @@ class ChangeReader:
         self.limit = settings.batch_max_rows
 
     def _ensure_slot(self) -> None:
+        """Create the publication and the slot unless they exist; another incarnation of
+        the task (a worker handing the task over) may create them at the same moment."""
         s = self.settings
         exists = self.conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", [s.publication_name]
@@ -205,31 +208,42 @@ class ChangeReader:
                 if s.tables
                 else sql.SQL("ALL TABLES")
             )
-            self.conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR ").format(sql.Identifier(s.publication_name))
-                + target
-            )
-        slot = self.conn.execute(
-            "SELECT plugin, database = current_database() FROM pg_replication_slots"
-            " WHERE slot_name = %s",
-            [s.slot_name],
-        ).fetchone()
-        if slot is not None and tuple(slot) != ("pgoutput", True):
-            raise ConnectError(
-                f"PostgresSource: replication slot {s.slot_name!r} exists but is not a "
-                f"pgoutput slot of this database (plugin {slot[0]}): choose another slot.name"
-            )
-        if slot is None:
+            with contextlib.suppress(
+                psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject
+            ):
+                self.conn.execute(
+                    sql.SQL("CREATE PUBLICATION {} FOR ").format(sql.Identifier(s.publication_name))
+                    + target
+                )
+        if self._slot_kind() is None:
             try:
                 self.conn.execute(
                     "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [s.slot_name]
                 )
+            except psycopg.errors.DuplicateObject:
+                pass  # made by another incarnation: checked below
             except psycopg.Error as error:
                 raise ConnectError(
                     f"PostgresSource: cannot create the logical replication slot "
                     f"{s.slot_name!r} (the server needs wal_level=logical and a free "
                     f"max_replication_slots): {error}"
                 ) from error
+        kind = self._slot_kind()
+        if kind != ("pgoutput", True):
+            raise ConnectError(
+                f"PostgresSource: replication slot {s.slot_name!r} exists but is not a "
+                f"pgoutput slot of this database (plugin {kind and kind[0]}): choose another "
+                f"slot.name"
+            )
+
+    def _slot_kind(self) -> tuple[str, bool] | None:
+        """(plugin, of this database) of the slot, or None if there is none."""
+        row = self.conn.execute(
+            "SELECT plugin, database = current_database() FROM pg_replication_slots"
+            " WHERE slot_name = %s",
+            [self.settings.slot_name],
+        ).fetchone()
+        return None if row is None else (row[0], bool(row[1]))
 
     def poll(self) -> SourceBatch | None:
         if not self.pending:
@@ -300,7 +314,7 @@ class ChangeReader:
                     " 'proto_version', '1', 'publication_names', %s)",
                     [self.settings.slot_name, self.limit, self.settings.publication_name],
                 ).fetchall()
-            except psycopg.OperationalError as error:
+            except psycopg.OperationalError as error:  # also: another incarnation reads it now
                 raise RetriableConnectError(f"PostgresSource: reading the slot: {error}") from error
             except psycopg.Error as error:
                 raise ConnectError(f"PostgresSource: reading the slot: {error}") from error
@@ -324,9 +338,10 @@ class ChangeReader:
         lsn = self.lsn
         if not lsn:
             return
-        self.conn.execute(
-            "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn) FROM pg_replication_slots"
-            " WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn",
-            [lsn_text(lsn), self.settings.slot_name, lsn_text(lsn)],
-        )
+        with contextlib.suppress(psycopg.errors.ObjectInUse):  # read now: next commit moves it
+            self.conn.execute(
+                "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn)"
+                " FROM pg_replication_slots WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn",
+                [lsn_text(lsn), self.settings.slot_name, lsn_text(lsn)],
+            )
         self.limit = self.settings.batch_max_rows
