@@ -341,7 +341,8 @@ class ChangeReader:
         with contextlib.suppress(psycopg.errors.ObjectInUse):  # read now: next commit moves it
             self.conn.execute(
                 "SELECT pg_replication_slot_advance(slot_name, %s::pg_lsn)"
-                " FROM pg_replication_slots WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn",
+                " FROM pg_replication_slots"
+                " WHERE slot_name = %s AND confirmed_flush_lsn < %s::pg_lsn",
                 [lsn_text(lsn), self.settings.slot_name, lsn_text(lsn)],
             )
         self.limit = self.settings.batch_max_rows
