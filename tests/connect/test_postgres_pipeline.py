@@ -3,7 +3,8 @@
 The source captures changes (``mode=cdc``) in Kafka transactions with its offsets
 (``exactly.once.support=required``); the sink reads committed records only and writes
 each batch with its offsets in one database transaction. A worker is killed while rows
-are still being written to the source table: every row reaches the copy once.
+are still being written to the source table (the group's one worker: both tasks die
+and Ray restarts it): every row reaches the copy once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from raystream.types import TopicPartition
+
 GROUP = "pgx"
 ROWS, PER_TRANSACTION = 2000, 20
 
@@ -24,7 +27,7 @@ ROWS, PER_TRANSACTION = 2000, 20
 def workers(shared_cluster: Any) -> Iterator[Any]:
     from raystream.connect import Workers
 
-    group = Workers(shared_cluster, group_id=GROUP, num_workers=2)
+    group = Workers(shared_cluster, group_id=GROUP, num_workers=1)  # Ray restarts it
     yield group
     group.shutdown()
 
@@ -91,17 +94,26 @@ def test_a_table_reaches_another_table_once_each_across_a_killed_worker(
             )
             and len(workers.status("pg-orders-in")["tasks"]) == 1
         ),
-        60,
+        120,
         "both connectors and their tasks RUNNING",
         detail=lambda: [workers.status(n) for n in ("pg-orders-out", "pg-orders-in")],
     )
 
+    failures: list[BaseException] = []
+
     def write_orders() -> None:  # the application, still writing when the worker dies
+        try:
+            insert_orders()
+        except BaseException as error:  # failed writes fail the test, not only the thread
+            failures.append(error)
+            raise
+
+    def insert_orders() -> None:
         with psycopg.connect(postgres_db, autocommit=True) as conn:
             for first in range(0, ROWS, PER_TRANSACTION):
                 conn.execute(
                     "INSERT INTO orders SELECT i, 'item ' || i, i * 3"
-                    " FROM generate_series(%s, %s) i",
+                    " FROM generate_series(%s::int, %s::int) i",
                     [first, first + PER_TRANSACTION - 1],
                 )
                 time.sleep(0.05)
@@ -116,12 +128,19 @@ def test_a_table_reaches_another_table_once_each_across_a_killed_worker(
             arrivals.append((time.monotonic(), copied))
         return copied >= n
 
-    wait_until(lambda: copied_at_least(200), 60, "200 orders copied")
+    def progress() -> str:
+        ends = shared_cluster.consumer().end_offsets([TopicPartition(topic, p) for p in (0, 1)])
+        states = {n: workers.status(n)["tasks"] for n in ("pg-orders-out", "pg-orders-in")}
+        return f"topic end offsets {ends}; copied {arrivals[-1][1]}; tasks {states}"
+
+    wait_until(lambda: failures or copied_at_least(200), 60, "200 orders copied", detail=progress)
+    assert not failures, failures
     assert writer.is_alive(), "the writer finished before the kill: not mid-way"
-    chaos.kill_actor(worker_running(workers, "pg-orders-in"), "the worker running the sink task")
+    chaos.kill_actor(worker_running(workers, "pg-orders-in"), "the worker running both tasks")
     chaos.confirm()
     writer.join()
-    wait_until(lambda: copied_at_least(ROWS), 120, f"all {ROWS} orders copied")
+    assert not failures, failures
+    wait_until(lambda: copied_at_least(ROWS), 120, f"all {ROWS} orders copied", detail=progress)
     chaos.assert_around([t for t, _ in arrivals[1:]], "orders arriving in the copy")
     with psycopg.connect(postgres_db, autocommit=True) as conn:
         copy = conn.execute("SELECT id, item, qty FROM orders_copy ORDER BY id").fetchall()
