@@ -38,6 +38,8 @@ BUILTINS: dict[str, str] = {
     "DirectorySink": "raystream.connect.file:DirectorySinkConnector",
     "DataLakeSink": "raystream.connect.datalake:DataLakeSinkConnector",
     "HttpSource": "raystream.connect.http:HttpSource",
+    "PostgresSource": "raystream.connect.postgres:PostgresSource",
+    "PostgresSink": "raystream.connect.postgres:PostgresSink",
 }
 
 #: Kafka's (or MirrorMaker 2's) class names of connectors that raystream ships.
