@@ -189,6 +189,12 @@ class _PartitionSyncs:
         self.pending = now
         return due
 
+    def sent(self) -> tuple[int, int]:
+        """The pending sync went out; returns it."""
+        assert self.pending is not None
+        self.last_sync = self.pending
+        return self.pending
+
 
 class MirrorSourceTask(SourceTask):
     """Reads its source partitions and hands them to the framework as batches."""
@@ -201,6 +207,7 @@ class MirrorSourceTask(SourceTask):
         self.records = 0
         self._syncs: dict[TopicPartition, _PartitionSyncs] = {}
         self._lock = threading.Lock()
+        self._ends_lock = threading.Lock()
         self._sync_producer: Any = None
         self._upstream: dict[int, Any] = {}  # id(batch) -> its rows' source offsets
 
@@ -298,10 +305,8 @@ class MirrorSourceTask(SourceTask):
             self._sync_producer.flush()
 
     def _send_sync(self, tp: TopicPartition, state: _PartitionSyncs) -> None:
-        assert state.pending is not None
-        sync = OffsetSync(tp, *state.pending)
+        sync = OffsetSync(tp, *state.sent())
         self._sync_producer.send(self.syncs_topic, value=sync.value(), key=sync.key(), partition=0)
-        state.last_sync = state.pending
 
     def lag(self) -> dict[TopicPartition, dict[str, int]]:
         """Per source partition: its end offset, the next offset to replicate, and the
@@ -311,7 +316,8 @@ class MirrorSourceTask(SourceTask):
                 tp: self.replicated[tp] + 1 if tp in self.replicated else None
                 for tp in self.positions
             }
-        ends = self.source.end_offsets(list(positions))
+        with self._ends_lock:  # status calls may come concurrently
+            ends = self.source.end_offsets(list(positions))
         lags = {}
         for tp, end in ends.items():
             done = positions[tp]

@@ -186,7 +186,15 @@ class FlowRunner:
 
     def run(self) -> None:
         """Mirror until :meth:`stop`; errors are logged and retried (the control loop
-        survives), except a connector's ``raise_error`` which fails the flow."""
+        survives), except a connector's ``raise_error`` which fails the flow. The
+        checkpoint and heartbeat tasks run on threads of their own: their polls wait
+        for their intervals, which must not hold the records back."""
+        aux = [
+            threading.Thread(target=self._run_aux, args=(task,), name="mirror-aux", daemon=True)
+            for task in self.aux_tasks
+        ]
+        for thread in aux:
+            thread.start()
         next_flush = time.monotonic() + OFFSET_FLUSH_S
         while not self.stopping.is_set() and self.state == RUNNING:
             try:
@@ -198,16 +206,27 @@ class FlowRunner:
                     next_flush = time.monotonic() + OFFSET_FLUSH_S
                     assert self.source_task is not None
                     self.source_task.commit()
-                for task in self.aux_tasks:
-                    records = task.poll()
-                    if records:
-                        self._write_records(records)
             except RaystreamError as error:
                 logger.warning("mirror %s: %s; retrying", self.flow.name, error)
                 self.error = f"{type(error).__name__}: {error}"
                 self._abort()
                 self.stopping.wait(RETRY_BACKOFF_S)
             except Exception as error:  # a bug or a broken source client: fail visibly
+                self.fail(error)
+        for thread in aux:
+            thread.join(timeout=10)
+
+    def _run_aux(self, task: SourceTask) -> None:
+        """A checkpoint or heartbeat task's loop: poll, write what it returns."""
+        while not self.stopping.is_set() and self.state == RUNNING:
+            try:
+                records = task.poll()
+                if records:
+                    self._write_records(records)
+            except RaystreamError as error:
+                logger.warning("mirror %s: %s: %s", self.flow.name, type(task).__name__, error)
+                self.stopping.wait(RETRY_BACKOFF_S)
+            except Exception as error:
                 self.fail(error)
 
     def step(self) -> int:
@@ -238,6 +257,8 @@ class FlowRunner:
         return sum(b.table.num_rows for b in batches)
 
     def _write_records(self, records: Sequence[SourceRecord]) -> None:
+        """Write a checkpoint or heartbeat task's records (the producer is thread-safe:
+        both tasks' threads share it)."""
         for record in records:
             self.aux_producer.send(
                 record.topic,

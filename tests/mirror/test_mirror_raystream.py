@@ -7,6 +7,7 @@ is "a") and one flow a->b for the whole module; the loop test adds the flow b->a
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,8 +99,10 @@ def test_a_new_matching_topic_and_new_partitions_are_picked_up(
     with source.producer() as producer:
         producer.send("late", value=b"second", partition=1).get(30)
     wait_until(
-        lambda: len(shared_cluster.admin().describe_topic("a.late").partitions) == 2
-        and mirrored(shared_cluster, "a.late", 2),
+        lambda: (
+            len(shared_cluster.admin().describe_topic("a.late").partitions) == 2
+            and mirrored(shared_cluster, "a.late", 2)
+        ),
         30,
         "a.late grown to 2 partitions and its new record mirrored",
     )
@@ -124,9 +127,13 @@ def test_a_group_switched_to_the_target_resumes_at_the_translated_offset(
     committed = source.admin().describe_group("billing").offsets
     wait_until(lambda: mirrored(shared_cluster, "a.payments", 400), 60, "a.payments mirrored")
     translated = wait_until(
-        lambda: (t := flow.translate_offsets("billing"))
-        and all(t.get(TopicPartition("a.payments", tp.partition)) is not None for tp in committed)
-        and t,
+        lambda: (
+            (t := flow.translate_offsets("billing"))
+            and all(
+                t.get(TopicPartition("a.payments", tp.partition)) is not None for tp in committed
+            )
+            and t
+        ),
         30,
         "billing's offsets translated",
     )
@@ -183,3 +190,34 @@ def test_two_clusters_mirroring_each_other_do_not_loop(
         assert back.status()["state"] == "RUNNING"
     finally:
         back.stop()
+
+
+def test_the_cli_starts_a_flow_from_an_mm2_file_shows_its_lag_and_stops_it(
+    source: Any, shared_cluster: Any, flow: MirrorMaker, tmp_path, capsys
+) -> None:
+    import argparse
+
+    from raystream.cli import mirror as cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    file = tmp_path / "mm2.properties"
+    file.write_text(
+        "clusters = c, b\n"
+        f"c.raystream.namespace = {source.namespace}\n"
+        f"b.raystream.namespace = {shared_cluster.namespace}\n"
+        "c->b.enabled = true\n"
+        "c->b.topics = orders\n"
+        "emit.heartbeats.enabled = false\n"
+        "emit.checkpoints.enabled = false\n"
+    )
+    assert cli.mirror(parser.parse_args(["mirror", "--config", str(file), "--detach"]), None) == 0
+    try:
+        wait_until(lambda: mirrored(shared_cluster, "c.orders", 600), 60, "c.orders mirrored")
+        assert cli.mirror(parser.parse_args(["mirror", "status"]), None) == 0
+        out = capsys.readouterr().out
+        assert "started c->b" in out and "a->b  RUNNING" in out and "c->b  RUNNING" in out
+        assert re.search(r"orders-2 +c\.orders +(\d+) +\1 +0", out), out
+    finally:
+        assert cli.mirror(parser.parse_args(["mirror", "stop", "c->b"]), None) == 0
+    assert "c->b" not in cli.running_flows() and "a->b" in cli.running_flows()
