@@ -359,10 +359,13 @@ class MirrorCheckpointConnector(SourceConnector):
         return MirrorCheckpointTask
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        """All groups matching now, and (as MM2 refreshes them) every refresh; one task
-        when there is none yet, so groups that appear later are picked up."""
-        groups = self.groups() if self.flow.emit_checkpoints_enabled else []
-        parts = spread(groups, max_tasks) or [[]]
+        """The groups matching now, spread over the tasks; one task watching every
+        matching group (refreshed) when there is none yet, so groups that appear later
+        are picked up; no task when checkpoints are off (MM2's
+        ``emit.checkpoints.enabled``)."""
+        if not self.flow.emit_checkpoints_enabled:
+            return []
+        parts = spread(self.groups(), max_tasks) or [[]]
         return [{**self.config, GROUPS_KEY: json.dumps(part)} for part in parts]
 
     def exactly_once_support(self, config: Mapping[str, str]) -> bool:

@@ -153,13 +153,15 @@ class FlowRunner:
         self.target = RaystreamCluster.attach(flow.target)
         policy = flow.policy()
         self.offsets = OffsetsTopic(self.target, policy.offsets_topic(flow.target.alias), self.name)
-        self.offsets.load()
         options: dict[str, Any] = {"linger_ms": 5, "acks": "all"}
         if flow.exactly_once:
             options["transactional_id"] = f"mm2-{flow.name}-source-0"
         self.producer = self.target.cluster.producer(**options)
         if flow.exactly_once:
-            self.producer.init_transactions()  # fences a previous incarnation's producer
+            # Fences a previous incarnation's producer and aborts its open transaction
+            # first: until then read_committed could not read the offsets past it.
+            self.producer.init_transactions()
+        self.offsets.load()
         self.aux_producer = self.target.cluster.producer(linger_ms=5, acks="all")
         self.source_connector = MirrorSourceConnector()
         self.source_connector.context = _Context(self)
