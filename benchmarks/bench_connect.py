@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,14 +61,6 @@ def _fill(cluster: Any, topic: str, records: int) -> float:
     return records / elapsed
 
 
-def _end(cluster: Any, topic: str) -> int:
-    from raystream.types import TopicPartition
-
-    tp = TopicPartition(topic, 0)
-    with cluster.consumer(enable_auto_commit=False) as consumer:
-        return consumer.end_offsets([tp])[tp]
-
-
 def raw_consume(cluster: Any, topic: str, records: int) -> float:
     """Read ``records`` of ``topic`` from the start with ``poll_arrow``; records/s."""
     from raystream.types import TopicPartition
@@ -88,11 +81,11 @@ def raw_consume(cluster: Any, topic: str, records: int) -> float:
 @contextmanager
 def source_cluster() -> Iterator[Any]:
     """A second raystream cluster on the running Ray (the mirror's source)."""
-    import raystream as rs
+    from raystream.client.cluster import connect
 
     data_dir = tempfile.mkdtemp(prefix="raystream-bench-src-")
     try:
-        cluster = rs.connect(namespace="bench-mirror-source", data_dir=data_dir)
+        cluster = connect(namespace="bench-mirror-source", data_dir=data_dir)
         yield cluster
         cluster.shutdown()
     finally:
@@ -104,6 +97,7 @@ def mirror_throughput(
 ) -> float:
     """Start a MirrorMaker for ``topic`` and time it until every record arrived."""
     from raystream.mirror import MirrorMaker
+    from raystream.types import TopicPartition
 
     mm = MirrorMaker(
         target,
@@ -115,17 +109,14 @@ def mirror_throughput(
     )
     mm.start()
     try:
-        remote = f"{alias}.{topic}"
-        t0 = time.perf_counter()
-        while True:
-            status = mm.status()
-            if status["records"] >= records:
-                break
-            if status["state"] != "RUNNING":
-                raise RuntimeError(f"mirror failed: {status['error']}")
-            time.sleep(0.05)
-        elapsed = time.perf_counter() - t0
-        assert _end(target, remote) >= records
+        remote = TopicPartition(f"{alias}.{topic}", 0)
+        # Watch the target's end offset from here: asking the flow's status would take
+        # the mirror's own time.
+        with target.consumer(enable_auto_commit=False) as watcher:
+            t0 = time.perf_counter()
+            while watcher.end_offsets([remote])[remote] < records:
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - t0
         return records / elapsed
     finally:
         mm.stop()
@@ -148,29 +139,38 @@ def mirror_lag(source: Any, target: Any, rate: int, seconds: float) -> tuple[flo
     mm.start()
     try:
         remote = TopicPartition(f"lagged.{topic}", 0)
-        producer = source.producer(acks="all", linger_ms=0)
-        consumer = target.consumer(enable_auto_commit=False)
-        consumer.assign([remote])
         total = int(rate * seconds)
         lags: list[np.ndarray] = []
-        sent = got = 0
-        t0 = time.perf_counter()
-        deadline = t0 + seconds + 60
-        while got < total and time.perf_counter() < deadline:
+
+        def consume() -> None:
+            # On a thread of its own: a lag taken while the writer is busy would be
+            # the benchmark's, not the mirror's.
+            with target.consumer(enable_auto_commit=False) as consumer:
+                consumer.assign([remote])
+                got, deadline = 0, time.monotonic() + seconds + 60
+                while got < total and time.monotonic() < deadline:
+                    table = consumer.poll_arrow(timeout_ms=50)
+                    if table.num_rows:
+                        now_ms = time.time_ns() // 1_000_000
+                        lags.append(now_ms - table.column("timestamp").to_numpy())
+                        got += table.num_rows
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        producer = source.producer(acks="all", linger_ms=0)
+        sent, t0 = 0, time.perf_counter()
+        while sent < total:
             due = min(total, int((time.perf_counter() - t0) * rate))
-            while sent + LAG_BATCH <= due:
-                now_ms = time.time_ns() // 1_000_000
-                producer.send_batch(topic, _table(LAG_BATCH, now_ms), partition=0)
-                sent += LAG_BATCH
-            table = consumer.poll_arrow(timeout_ms=2)
-            if table.num_rows:
-                now_ms = time.time_ns() // 1_000_000
-                lags.append(now_ms - table.column("timestamp").to_numpy())
-                got += table.num_rows
+            if sent + LAG_BATCH > due:
+                time.sleep(0.001)
+                continue
+            now_ms = time.time_ns() // 1_000_000
+            producer.send_batch(topic, _table(LAG_BATCH, now_ms), partition=0)
+            sent += LAG_BATCH
         producer.close()
-        consumer.close()
+        reader.join()
         measured = np.concatenate(lags) if lags else np.array([np.nan])
-        return float(np.percentile(measured, 50)), float(np.percentile(measured, 99)), got
+        return float(np.percentile(measured, 50)), float(np.percentile(measured, 99)), len(measured)
     finally:
         mm.stop()
 

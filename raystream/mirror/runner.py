@@ -5,17 +5,17 @@ flow ``source -> target``: it starts the connectors, starts their tasks, writes 
 they return to the target, stores source offsets, and restarts the source task when
 its connector asks (new topics, new partitions). Its loop:
 
-1. Poll the source task until it has nothing more or ``BATCHES_PER_COMMIT`` batches;
-   write each batch to its remote topic partition (``send_batch``), then tell the task
-   where it went (``commit_batch``, which records the offset syncs).
+1. Poll the source task for the batches of one read of the source (one per source
+   partition); write each batch to its remote topic partition (``send_batch``), then
+   tell the task where it went (``commit_batch``, which records the offset syncs).
 2. Store the batches' source offsets in the ``mm2-offsets.<target>.internal`` topic
    (Kafka Connect's offsets layout: key ``[connector, source partition]`` as JSON, value
    ``{"offset": n}``). At least once: records, then offsets. With ``exactly_once`` the
    records and the offsets are one transaction of the target (KIP-618): a restarted
    runner resumes after the last committed batch, and read_committed consumers of
    the target never see a record twice.
-3. Call the task's ``commit`` (pending offset syncs) every ``OFFSET_FLUSH_S``, and poll
-   the checkpoint and heartbeat tasks, writing their records.
+3. Call the task's ``commit`` (pending offset syncs) every ``OFFSET_FLUSH_S``. The
+   checkpoint and heartbeat tasks run on threads of their own, writing their records.
 
 No Ray here: the Ray actor around it is ``raystream.actors.mirror_worker``.
 """
@@ -46,7 +46,6 @@ from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-BATCHES_PER_COMMIT = 32
 OFFSET_FLUSH_S = 1.0
 RETRY_BACKOFF_S = 0.5
 RUNNING, FAILED, STOPPED = "RUNNING", "FAILED", "STOPPED"
@@ -101,14 +100,20 @@ class OffsetsTopic:
             if self.offset(sp) is not None
         }
 
-    def write(self, producer: Any, batches: Sequence[SourceBatch]) -> None:
-        """Send the latest offset of each batch's source partition (not flushed)."""
-        latest: dict[bytes, Mapping[str, Any]] = {}
+    def write(self, producer: Any, batches: Sequence[SourceBatch]) -> dict[bytes, dict]:
+        """Send the latest offset of each batch's source partition (not flushed); returns
+        them for :meth:`stored` once they count (acknowledged, or their transaction
+        committed)."""
+        latest: dict[bytes, dict] = {}
         for batch in batches:
-            latest[offset_key(self.connector, batch.source_partition)] = batch.source_offset
+            latest[offset_key(self.connector, batch.source_partition)] = dict(batch.source_offset)
         for key, value in latest.items():
-            producer.send(self.topic, value=json.dumps(dict(value)).encode(), key=key, partition=0)
-            self.offsets[key] = dict(value)
+            producer.send(self.topic, value=json.dumps(value).encode(), key=key, partition=0)
+        return latest
+
+    def stored(self, offsets: Mapping[bytes, dict]) -> None:
+        """These offsets count now: a restarted source task resumes after them."""
+        self.offsets.update(offsets)
 
 
 class _Context:
@@ -207,6 +212,7 @@ class FlowRunner:
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + OFFSET_FLUSH_S
                     assert self.source_task is not None
+                    self.producer.flush()
                     self.source_task.commit()
             except RaystreamError as error:
                 logger.warning("mirror %s: %s; retrying", self.flow.name, error)
@@ -235,14 +241,12 @@ class FlowRunner:
         """One round of the source task (module docstring, steps 1-2); records written."""
         task = self.source_task
         assert task is not None
-        batches: list[SourceBatch] = []
-        while len(batches) < BATCHES_PER_COMMIT:
-            batch = task.poll()
-            if batch is None:
-                break
-            batches.append(batch)
-        if not batches:
+        first = task.poll()
+        if first is None:
             return 0
+        batches = [first]
+        while task.pending:  # the rest of the same read: one write round per read
+            batches.append(task.poll())
         eos = self.flow.exactly_once
         if eos:
             self.producer.begin_transaction()
@@ -251,11 +255,12 @@ class FlowRunner:
             table = batch.table.drop_columns(["partition"])
             metadata = self.producer.send_batch(batch.topic, table, partition=partition)
             task.commit_batch(batch, metadata)
-        self.offsets.write(self.producer, batches)
+        written = self.offsets.write(self.producer, batches)
         if eos:
             self.producer.commit_transaction()
-        else:
-            self.producer.flush()
+        self.offsets.stored(written)
+        # At least once, the offsets follow records already acknowledged: they are
+        # flushed with the task's commit every OFFSET_FLUSH_S, not waited for here.
         return sum(b.table.num_rows for b in batches)
 
     def _write_records(self, records: Sequence[SourceRecord]) -> None:
