@@ -43,6 +43,7 @@ from raystream.mirror.policy import (
 )
 
 RAYSTREAM_PREFIX = "raystream."
+BYTES_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
 _HOSTNAME_CHECK = "ssl.endpoint.identification.algorithm"
 
 
@@ -220,6 +221,9 @@ class FlowSettings:
         config = {
             "source.cluster.alias": self.source.alias,
             "target.cluster.alias": self.target.alias,
+            # Records travel as the bytes they are, as MM2 configures its connectors.
+            "key.converter": BYTES_CONVERTER,
+            "value.converter": BYTES_CONVERTER,
         }
         for key, value in self.source.to_properties().items():
             config[f"source.cluster.{key}"] = value

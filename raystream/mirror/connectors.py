@@ -320,10 +320,8 @@ class MirrorSourceTask(SourceTask):
             ends = self.source.end_offsets(list(positions))
         lags = {}
         for tp, end in ends.items():
-            done = positions[tp]
-            if done is None:
-                done = 0 if end == 0 else -1  # nothing replicated yet
-            lags[tp] = {"end": end, "replicated": max(done, 0), "lag": max(end - max(done, 0), 0)}
+            done = positions[tp] or 0  # None: nothing replicated yet
+            lags[tp] = {"end": end, "replicated": done, "lag": max(end - done, 0)}
         return lags
 
     def stop(self) -> None:

@@ -92,3 +92,23 @@ def test_tls_hostname_verification_cannot_be_turned_off() -> None:
         ClusterSpec("a", kafka=props)
     ok = ClusterSpec("a", kafka={"bootstrap.servers": "k:9093", "security.protocol": "SSL"})
     assert ok.kafka["security.protocol"] == "SSL"
+
+
+def test_mirror_makers_source_argument_names_a_namespace_or_kafka_properties() -> None:
+    from raystream.mirror.maker import source_spec
+
+    raystream = source_spec("primary", {"namespace": "other"})
+    assert raystream.is_raystream and raystream.namespace == "other"
+    kafka = source_spec("primary", {"bootstrap.servers": "k:9092", "security.protocol": "SSL"})
+    assert not kafka.is_raystream and kafka.kafka["security.protocol"] == "SSL"
+    with pytest.raises(InvalidConfigError, match="source="):
+        source_spec("primary", "k:9092")
+    with pytest.raises(InvalidConfigError, match=r"primary\.bootstrap\.servers"):
+        source_spec("primary", {"security.protocol": "SSL"})
+
+
+def test_connector_configs_carry_bytes_converters_for_a_connect_worker() -> None:
+    (flow,) = flows_from_properties(parse_properties(MM2))
+    config = flow.to_connector_config()
+    assert config["value.converter"].endswith("ByteArrayConverter")
+    assert config["key.converter"] == config["value.converter"]
