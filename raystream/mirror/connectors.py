@@ -47,8 +47,9 @@ logger = logging.getLogger(__name__)
 
 ASSIGNED_KEY = "task.assigned.partitions"
 GROUPS_KEY = "task.assigned.groups"
-POLL_RECORDS = 20_000
+POLL_RECORDS = 50_000
 POLL_TIMEOUT_S = 0.2
+GATHER_S = 0.05
 INTERNAL_CONFIG = {"cleanup.policy": "compact"}
 
 
@@ -238,10 +239,36 @@ class MirrorSourceTask(SourceTask):
 
     def poll(self) -> SourceBatch | None:
         if not self.pending:
-            table = self.reader.poll(POLL_RECORDS, POLL_TIMEOUT_S)
-            if table.num_rows:
+            table = self._read()
+            if table is not None:
                 self.pending = self._batches(table)
         return self.pending.pop(0) if self.pending else None
+
+    def _read(self) -> pa.Table | None:
+        """What the source has now, up to ``POLL_RECORDS`` rows: reads go on while they
+        bring rows, for at most ``GATHER_S`` after the first, so that a busy source
+        makes few large writes (and transactions) and a quiet one is not held back."""
+        tables = []
+        rows = 0
+        deadline = None
+        while rows < POLL_RECORDS:
+            wait_s = POLL_TIMEOUT_S if deadline is None else max(deadline - self.clock(), 0.0)
+            table = self.reader.poll(POLL_RECORDS - rows, wait_s)
+            if not table.num_rows:
+                break
+            tables.append(table)
+            rows += table.num_rows
+            if deadline is None:
+                deadline = self.clock() + GATHER_S
+            elif self.clock() >= deadline:
+                break
+        if not tables:
+            return None
+        return (
+            tables[0]
+            if len(tables) == 1
+            else pa.concat_tables(tables, promote_options="permissive")
+        )
 
     def _batches(self, table: pa.Table) -> list[SourceBatch]:
         """One batch per source partition of ``table``, rows in offset order."""
