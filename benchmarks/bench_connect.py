@@ -1,0 +1,219 @@
+"""Connect and MirrorMaker throughput, next to the raw consume and produce of the same clusters.
+
+MirrorMaker half (this file's ``mirror`` section): two raystream clusters (namespaces)
+on one local Ray; the source topic is filled with ``--records`` 100-byte records, then
+
+* raw consume: one consumer reads the source topic with ``poll_arrow`` (assigned, no
+  group), timed from the first batch to the last record;
+* raw produce: one producer writes the same number of records into a target topic
+  with ``send_batch`` in tables of 10,000 rows (acks=all, as the mirror writes);
+* mirror: a MirrorMaker (at-least-once, and exactly-once) is started and timed from
+  its start until the remote topic holds every record;
+* replication lag at a steady rate: a producer writes ``--rate`` records/s to the
+  source in batches of 100 for ``--seconds``; a consumer of the remote topic takes
+  the lag of each record as its arrival time minus its (kept) source timestamp:
+  p50 and p99 in milliseconds.
+
+The mirror's throughput is set against the slower of raw consume and raw produce (the
+target: at least 50%). One command::
+
+    python -m benchmarks.bench_connect [--records 200000] [--rate 20000] [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.harness import local_cluster, machine_line
+
+VALUE_BYTES = 100
+TABLE_ROWS = 10_000
+LAG_BATCH = 100
+
+
+def _table(rows: int, start_ms: int | None = None) -> pa.Table:
+    value = b"x" * VALUE_BYTES
+    columns: dict[str, Any] = {"value": pa.array([value] * rows, pa.binary())}
+    if start_ms is not None:
+        columns["timestamp"] = pa.array(np.full(rows, start_ms, dtype=np.int64))
+    return pa.table(columns)
+
+
+def _fill(cluster: Any, topic: str, records: int) -> float:
+    """Write ``records`` into ``topic`` in 10,000-row tables; records/s."""
+    producer = cluster.producer(acks="all", linger_ms=5)
+    table = _table(TABLE_ROWS)
+    t0 = time.perf_counter()
+    for lo in range(0, records, TABLE_ROWS):
+        producer.send_batch(topic, table.slice(0, min(TABLE_ROWS, records - lo)), partition=0)
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    return records / elapsed
+
+
+def raw_consume(cluster: Any, topic: str, records: int) -> float:
+    """Read ``records`` of ``topic`` from the start with ``poll_arrow``; records/s."""
+    from raystream.types import TopicPartition
+
+    tp = TopicPartition(topic, 0)
+    with cluster.consumer(enable_auto_commit=False, max_poll_records=50_000) as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got, first, t0 = 0, 0, 0.0
+        while got < records:
+            table = consumer.poll_arrow(timeout_ms=500)
+            if table.num_rows and not got:
+                t0, first = time.perf_counter(), table.num_rows  # the first batch starts the clock
+            got += table.num_rows
+        return (records - first) / (time.perf_counter() - t0)
+
+
+@contextmanager
+def source_cluster() -> Iterator[Any]:
+    """A second raystream cluster on the running Ray (the mirror's source)."""
+    from raystream.client.cluster import connect
+
+    data_dir = tempfile.mkdtemp(prefix="raystream-bench-src-")
+    try:
+        cluster = connect(namespace="bench-mirror-source", data_dir=data_dir)
+        yield cluster
+        cluster.shutdown()
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def mirror_throughput(
+    source: Any, target: Any, topic: str, records: int, alias: str, exactly_once: bool
+) -> float:
+    """Start a MirrorMaker for ``topic`` and time it until every record arrived."""
+    from raystream.mirror import MirrorMaker
+    from raystream.types import TopicPartition
+
+    mm = MirrorMaker(
+        target,
+        source={"namespace": source.namespace},
+        topics=topic,
+        source_alias=alias,
+        exactly_once=exactly_once,
+        config={"emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false"},
+    )
+    mm.start()
+    try:
+        remote = TopicPartition(f"{alias}.{topic}", 0)
+        # Watch the target's end offset from here: asking the flow's status would take
+        # the mirror's own time.
+        with target.consumer(enable_auto_commit=False) as watcher:
+            t0 = time.perf_counter()
+            while watcher.end_offsets([remote])[remote] < records:
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - t0
+        return records / elapsed
+    finally:
+        mm.stop()
+
+
+def mirror_lag(source: Any, target: Any, rate: int, seconds: float) -> tuple[float, float, int]:
+    """Lag p50/p99 (ms) of records written at ``rate``/s, and how many were measured."""
+    from raystream.mirror import MirrorMaker
+    from raystream.types import TopicPartition
+
+    topic = "lag"
+    source.admin().create_topic(topic, partitions=1)
+    mm = MirrorMaker(
+        target,
+        source={"namespace": source.namespace},
+        topics=topic,
+        source_alias="lagged",
+        config={"emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false"},
+    )
+    mm.start()
+    try:
+        remote = TopicPartition(f"lagged.{topic}", 0)
+        total = int(rate * seconds)
+        lags: list[np.ndarray] = []
+
+        def consume() -> None:
+            # On a thread of its own: a lag taken while the writer is busy would be
+            # the benchmark's, not the mirror's.
+            with target.consumer(enable_auto_commit=False) as consumer:
+                consumer.assign([remote])
+                got, deadline = 0, time.monotonic() + seconds + 60
+                while got < total and time.monotonic() < deadline:
+                    table = consumer.poll_arrow(timeout_ms=50)
+                    if table.num_rows:
+                        now_ms = time.time_ns() // 1_000_000
+                        lags.append(now_ms - table.column("timestamp").to_numpy())
+                        got += table.num_rows
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        producer = source.producer(acks="all", linger_ms=0)
+        sent, t0 = 0, time.perf_counter()
+        while sent < total:
+            due = min(total, int((time.perf_counter() - t0) * rate))
+            if sent + LAG_BATCH > due:
+                time.sleep(0.001)
+                continue
+            now_ms = time.time_ns() // 1_000_000
+            producer.send_batch(topic, _table(LAG_BATCH, now_ms), partition=0)
+            sent += LAG_BATCH
+        producer.close()
+        reader.join()
+        measured = np.concatenate(lags) if lags else np.array([np.nan])
+        return float(np.percentile(measured, 50)), float(np.percentile(measured, 99)), len(measured)
+    finally:
+        mm.stop()
+
+
+def bench_mirror(records: int, rate: int, seconds: float) -> list[tuple[str, float, str]]:
+    """The MirrorMaker rows: (what, records/s or ms, note)."""
+    rows: list[tuple[str, float, str]] = []
+    with local_cluster("bench-mirror-target") as target, source_cluster() as source:
+        # Each mode twice, alternating, so that drift on the machine shows as spread.
+        runs = [False, True, False, True]
+        for i in range(len(runs)):
+            source.admin().create_topic(f"bulk-{i}", partitions=1)
+            _fill(source, f"bulk-{i}", records)
+        consume = raw_consume(source, "bulk-0", records)
+        target.admin().create_topic("raw", partitions=1)
+        produce = _fill(target, "raw", records)
+        rows += [("raw consume (source)", consume, ""), ("raw produce (target)", produce, "")]
+        floor = min(consume, produce)
+        for i, exactly_once in enumerate(runs):
+            rps = mirror_throughput(source, target, f"bulk-{i}", records, "src", exactly_once)
+            mode = "exactly-once" if exactly_once else "at-least-once"
+            rows.append(
+                (f"mirror {mode} #{i // 2 + 1}", rps, f"{rps / floor:.0%} of the slower raw")
+            )
+        p50, p99, got = mirror_lag(source, target, rate, seconds)
+        rows.append((f"lag p50 at {rate}/s", p50, f"ms, {got} records"))
+        rows.append((f"lag p99 at {rate}/s", p99, "ms"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rate", type=int, default=20_000, help="records/s for the lag run")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of the lag run")
+    args = parser.parse_args()
+    print(machine_line("confluent-kafka"))
+    print(f"MirrorMaker, raystream -> raystream, {args.records} records of {VALUE_BYTES} B")
+    print(f"{'what':<28} {'figure':>14}  note")
+    for what, figure, note in bench_mirror(args.records, args.rate, args.seconds):
+        unit = "" if note.startswith("ms") else " rec/s"
+        print(f"{what:<28} {figure:>14,.1f}{unit}  {note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,614 @@
+"""MirrorMaker 2's three connectors, as Connect connectors (``raystream.connect.api``).
+
+- :class:`MirrorSourceConnector` finds the source topics the flow mirrors (by regex,
+  loops and internal topics left out), creates their remote topics on the target with
+  the source's partition count and configs, follows both as they change, and splits the
+  partitions among :class:`MirrorSourceTask` s. A task reads its partitions as Arrow
+  tables and returns one :class:`~raystream.connect.api.SourceBatch` per source
+  partition and poll: key, value, headers and timestamp kept, the partition kept (the
+  ``partition`` column), the remote topic as the batch's topic. Its source offset is
+  ``{"offset": last upstream offset}`` under ``{"cluster", "topic", "partition"}``, as
+  MM2 stores it. Once the framework wrote a batch it calls :meth:`commit_batch` with
+  the write's metadata, and the task records an offset sync (MM2's rules: when the
+  offset gap changes or ``offset.lag.max`` records passed; the pending ones on ``commit``).
+- :class:`MirrorCheckpointConnector` lists the source's consumer groups (by regex);
+  its :class:`MirrorCheckpointTask` s translate their committed offsets through the
+  offset syncs into checkpoints, and with ``sync.group.offsets.enabled`` commit them
+  into the target's groups that have no members there.
+- :class:`MirrorHeartbeatConnector`: one task that writes a heartbeat to the target's
+  ``heartbeats`` topic every ``emit.heartbeats.interval.seconds``.
+
+Every config is MM2's connector config (:class:`~raystream.mirror.config.FlowSettings`).
+The connectors reach the clusters through :mod:`raystream.mirror.clusters`; the source
+connector refreshes topics on a timer thread of its own (MM2's scheduler) and asks for
+new task configs through its context when the partitions change.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from raystream.connect.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
+from raystream.errors import ConnectError, RaystreamError
+from raystream.mirror.clusters import RaystreamCluster, SourceCluster, open_cluster
+from raystream.mirror.config import FlowSettings
+from raystream.mirror.offsets import Checkpoint, Heartbeat, OffsetSync, OffsetSyncStore
+from raystream.types import RecordMetadata, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+ASSIGNED_KEY = "task.assigned.partitions"
+GROUPS_KEY = "task.assigned.groups"
+POLL_RECORDS = 50_000
+POLL_TIMEOUT_S = 0.2
+GATHER_S = 0.05
+INTERNAL_CONFIG = {"cleanup.policy": "compact"}
+
+
+def _flow(config: Mapping[str, str]) -> FlowSettings:
+    return FlowSettings.from_connector_config(config)
+
+
+def mirrored_topics(flow: FlowSettings, source_topics: Sequence[str]) -> list[str]:
+    """The source topics ``flow`` mirrors: matching its filter, not MirrorMaker's own,
+    and not on their way home (a remote topic of the target's alias)."""
+    policy = flow.policy()
+    wanted = flow.topic_filter()
+    heartbeats = policy.heartbeats_topic()
+
+    def mirrored(topic: str) -> bool:
+        # MM2's shouldReplicateTopic: heartbeats topics always travel (so a consumer
+        # downstream sees every hop is alive), whatever the topic filter says.
+        is_heartbeats = topic == heartbeats or topic.endswith(policy.separator + heartbeats)
+        return (
+            (wanted.matches(topic) or is_heartbeats)
+            and not policy.is_internal_topic(topic)
+            and not policy.is_cycle(topic, flow.target.alias)
+        )
+
+    return sorted(topic for topic in source_topics if mirrored(topic))
+
+
+def spread(items: Sequence[Any], max_tasks: int) -> list[list[Any]]:
+    """``items`` dealt round-robin into at most ``max_tasks`` non-empty lists."""
+    count = max(1, min(max_tasks, len(items)))
+    return [list(items[i::count]) for i in range(count) if items[i::count]]
+
+
+# ------------------------------------------------------------------ source
+
+
+class MirrorSourceConnector(SourceConnector):
+    """Plans the mirroring of the flow's topics; keeps remote topics in shape."""
+
+    def __init__(self) -> None:
+        self.config: dict[str, str] = {}
+        self.partitions: list[TopicPartition] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        _flow(config)
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+        self.flow = _flow(config)
+        self.policy = self.flow.policy()
+        self.source = open_cluster(self.flow.source)
+        self.target = RaystreamCluster.attach(self.flow.target)
+        self.refresh(sync_configs=True)
+        self._thread = threading.Thread(target=self._run, name="mirror-refresh", daemon=True)
+        self._thread.start()
+
+    def refresh(self, sync_configs: bool = False) -> bool:
+        """Look for new or grown topics; create or grow their remote topics (and follow
+        configs when ``sync_configs``). True if the partitions to mirror changed."""
+        found: list[TopicPartition] = []
+        for topic in mirrored_topics(self.flow, self.source.list_topics()):
+            try:
+                count = self.source.partitions(topic)
+                config = (
+                    self.source.topic_config(topic) if self.flow.sync_topic_configs_enabled else {}
+                )
+                schema = getattr(self.source, "topic_schema", lambda _t: None)(topic)
+            except RaystreamError as error:  # deleted meanwhile
+                logger.info("mirror %s: skipping topic %s: %s", self.flow.name, topic, error)
+                continue
+            remote = self.policy.format_remote_topic(self.flow.source.alias, topic)
+            created = self.target.ensure_topic(
+                remote, count, config, self.flow.replication_factor, schema
+            )
+            if sync_configs and config and not created:
+                self.target.alter_config(remote, config)
+            found += [TopicPartition(topic, p) for p in range(count)]
+        with self._lock:
+            changed = found != self.partitions
+            self.partitions = found
+        return changed
+
+    def _run(self) -> None:
+        flow = self.flow
+        next_configs = time.monotonic() + flow.sync_topic_configs_interval_seconds
+        while not self._stop.wait(flow.refresh_topics_interval_seconds):
+            try:
+                now = time.monotonic()
+                sync = now >= next_configs
+                if sync:
+                    next_configs = now + flow.sync_topic_configs_interval_seconds
+                if self.refresh(sync_configs=sync) and self.context is not None:
+                    self.context.request_task_reconfiguration()
+            except Exception as error:  # the control loop survives: logged, retried
+                logger.warning("mirror %s: topic refresh failed: %s", flow.name, error)
+
+    def task_class(self) -> type[SourceTask]:
+        return MirrorSourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        with self._lock:
+            partitions = list(self.partitions)
+        return [
+            {**self.config, ASSIGNED_KEY: json.dumps([[tp.topic, tp.partition] for tp in part])}
+            for part in spread(partitions, max_tasks)
+        ]
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.source.close()
+        self.target.close()
+
+
+class _PartitionSyncs:
+    """MM2's per-partition offset sync rule (``PartitionState``)."""
+
+    def __init__(self) -> None:
+        self.last_sync: tuple[int, int] | None = None
+        self.previous: tuple[int, int] | None = None
+        self.pending: tuple[int, int] | None = None
+
+    def update(self, upstream: int, downstream: int, lag_max: int) -> bool:
+        """Note that ``upstream`` became ``downstream``; True if a sync must go now."""
+        now = (upstream, downstream)
+        due = (
+            self.last_sync is None
+            or self.previous is None
+            or upstream - self.previous[0] != downstream - self.previous[1]
+            or upstream - self.last_sync[0] >= lag_max
+            or downstream < self.last_sync[1]
+        )
+        self.previous = now
+        self.pending = now
+        return due
+
+    def sent(self) -> tuple[int, int]:
+        """The pending sync went out; returns it."""
+        assert self.pending is not None
+        self.last_sync = self.pending
+        return self.pending
+
+
+class MirrorSourceTask(SourceTask):
+    """Reads its source partitions and hands them to the framework as batches."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.pending: list[SourceBatch] = []
+        self.positions: dict[TopicPartition, int | None] = {}
+        self.replicated: dict[TopicPartition, int] = {}
+        self.records = 0
+        self._syncs: dict[TopicPartition, _PartitionSyncs] = {}
+        self._lock = threading.Lock()
+        self._ends_lock = threading.Lock()
+        self._sync_producer: Any = None
+        self._upstream: dict[int, Any] = {}  # id(batch) -> its rows' source offsets
+
+    def start(self, config: dict[str, str]) -> None:
+        self.flow = _flow(config)
+        self.policy = self.flow.policy()
+        self.alias = self.flow.source.alias
+        assigned = [TopicPartition(t, p) for t, p in json.loads(config.get(ASSIGNED_KEY, "[]"))]
+        reader_offsets = getattr(self.context, "offset_storage_reader", None)
+        for tp in assigned:
+            stored = None
+            if reader_offsets is not None:
+                stored = reader_offsets.offset(self.source_partition(tp))
+            self.positions[tp] = None if not stored else int(stored["offset"]) + 1
+            if stored:
+                self.replicated[tp] = int(stored["offset"])
+        self.source: SourceCluster = open_cluster(self.flow.source)
+        self.reader = self.source.reader()
+        self.reader.assign(self.positions)
+        self.target = RaystreamCluster.attach(self.flow.target)
+        self.syncs_topic = self.policy.offset_syncs_topic(self.alias)
+        self.target.ensure_topic(self.syncs_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
+        self._sync_producer = self.target.cluster.producer(linger_ms=5)
+
+    def source_partition(self, tp: TopicPartition) -> dict[str, Any]:
+        """MM2's source partition of ``tp``: ``{"cluster", "topic", "partition"}``."""
+        return {"cluster": self.alias, "topic": tp.topic, "partition": tp.partition}
+
+    def poll(self) -> SourceBatch | None:
+        if not self.pending:
+            table = self._read()
+            if table is not None:
+                self.pending = self._batches(table)
+        return self.pending.pop(0) if self.pending else None
+
+    def _read(self) -> pa.Table | None:
+        """What the source has now, up to ``POLL_RECORDS`` rows: reads go on while they
+        bring rows, for at most ``GATHER_S`` after the first, so that a busy source
+        makes few large writes (and transactions) and a quiet one is not held back."""
+        tables = []
+        rows = 0
+        deadline = None
+        while rows < POLL_RECORDS:
+            wait_s = POLL_TIMEOUT_S if deadline is None else max(deadline - self.clock(), 0.0)
+            table = self.reader.poll(POLL_RECORDS - rows, wait_s)
+            if not table.num_rows:
+                break
+            tables.append(table)
+            rows += table.num_rows
+            if deadline is None:
+                deadline = self.clock() + GATHER_S
+            elif self.clock() >= deadline:
+                break
+        if not tables:
+            return None
+        return (
+            tables[0]
+            if len(tables) == 1
+            else pa.concat_tables(tables, promote_options="permissive")
+        )
+
+    def _batches(self, table: pa.Table) -> list[SourceBatch]:
+        """One batch per source partition of ``table``, rows in offset order."""
+        batches = []
+        keys = pc.binary_join_element_wise(
+            table.column("topic"), pc.cast(table.column("partition"), pa.string()), "\x00"
+        )
+        for key in pc.unique(keys).to_pylist():
+            rows = table.filter(pc.equal(keys, key))
+            topic, partition = rows.column("topic")[0].as_py(), rows.column("partition")[0].as_py()
+            tp = TopicPartition(topic, partition)
+            upstream = rows.column("offset").to_numpy()
+            last = int(upstream[-1])
+            data = rows.drop_columns(["topic", "offset"])
+            batch = SourceBatch(
+                source_partition=self.source_partition(tp),
+                source_offset={"offset": last},
+                topic=self.policy.format_remote_topic(self.alias, topic),
+                table=data,
+            )
+            self._upstream[id(batch)] = upstream
+            batches.append(batch)
+            self.positions[tp] = last + 1
+        return batches
+
+    def commit_batch(self, batch: SourceBatch, metadata: Sequence[RecordMetadata]) -> None:
+        """The framework wrote ``batch`` (``metadata``: its write, first offset per
+        request; the rows of one partition land at consecutive offsets): note how far
+        the partition is replicated, and send the offset syncs MM2's rule asks for.
+
+        The rule (MM2's ``PartitionState``) is applied to the batch's first row, every
+        ``offset.lag.max``-th row and its last row: a sync goes when it is the
+        partition's first, when the source skipped offsets (compaction, transaction
+        markers), or ``offset.lag.max`` records after the last one; the last row is
+        kept pending for :meth:`commit` otherwise.
+        """
+        upstream = self._upstream.pop(id(batch), None)
+        if not metadata or metadata[0].offset < 0 or upstream is None or not len(upstream):
+            return
+        sp = batch.source_partition
+        tp = TopicPartition(sp["topic"], sp["partition"])
+        first = metadata[0].offset
+        lag_max = max(self.flow.offset_lag_max, 1)
+        rows = len(upstream)
+        with self._lock:
+            self.replicated[tp] = int(upstream[-1])
+            self.records += rows
+            state = self._syncs.setdefault(tp, _PartitionSyncs())
+            for i in sorted({0, rows - 1, *range(lag_max, rows, lag_max)}):
+                if state.update(int(upstream[i]), first + i, lag_max):
+                    self._send_sync(tp, state)
+
+    def commit(self) -> None:
+        """Send the syncs held back (MM2's ``firePendingOffsetSyncs``): the latest
+        position of each partition is always synced by the next offset commit."""
+        with self._lock:
+            for tp, state in self._syncs.items():
+                if state.pending is not None and state.pending != state.last_sync:
+                    self._send_sync(tp, state)
+        if self._sync_producer is not None:
+            self._sync_producer.flush()
+
+    def _send_sync(self, tp: TopicPartition, state: _PartitionSyncs) -> None:
+        sync = OffsetSync(tp, *state.sent())
+        self._sync_producer.send(self.syncs_topic, value=sync.value(), key=sync.key(), partition=0)
+
+    def lag(self) -> dict[TopicPartition, dict[str, int]]:
+        """Per source partition: its end offset, the next offset to replicate, and the
+        replication lag in records (end minus that)."""
+        with self._lock:
+            positions = {
+                tp: self.replicated[tp] + 1 if tp in self.replicated else None
+                for tp in self.positions
+            }
+        with self._ends_lock:  # status calls may come concurrently
+            ends = self.source.end_offsets(list(positions))
+        lags = {}
+        for tp, end in ends.items():
+            done = positions[tp] or 0  # None: nothing replicated yet
+            lags[tp] = {"end": end, "replicated": done, "lag": max(end - done, 0)}
+        return lags
+
+    def stop(self) -> None:
+        for close in (
+            getattr(getattr(self, "reader", None), "close", None),
+            getattr(self._sync_producer, "close", None),
+            getattr(getattr(self, "source", None), "close", None),
+            getattr(getattr(self, "target", None), "close", None),
+        ):
+            if close is not None:
+                try:
+                    close()
+                except Exception as error:  # stop releases what it can
+                    logger.info("mirror source task: close failed: %s", error)
+
+
+# ------------------------------------------------------------------ checkpoints
+
+
+class MirrorCheckpointConnector(SourceConnector):
+    """Splits the source's consumer groups (by ``groups``) among checkpoint tasks."""
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+        self.flow = _flow(config)
+        self.source = open_cluster(self.flow.source)
+
+    def groups(self) -> list[str]:
+        wanted = self.flow.group_filter()
+        return [g for g in self.source.group_ids() if wanted.matches(g)]
+
+    def task_class(self) -> type[SourceTask]:
+        return MirrorCheckpointTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """The groups matching now, spread over the tasks; one task watching every
+        matching group (refreshed) when there is none yet, so groups that appear later
+        are picked up; no task when checkpoints are off (MM2's
+        ``emit.checkpoints.enabled``)."""
+        if not self.flow.emit_checkpoints_enabled:
+            return []
+        parts = spread(self.groups(), max_tasks) or [[]]
+        return [{**self.config, GROUPS_KEY: json.dumps(part)} for part in parts]
+
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        return False
+
+    def stop(self) -> None:
+        self.source.close()
+
+
+class MirrorCheckpointTask(SourceTask):
+    """Translates source group offsets into checkpoints (and synced target offsets).
+
+    A task given no groups (``task.assigned.groups`` = []) watches every group the
+    filter takes, refreshed every ``refresh.groups.interval.seconds``.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.store = OffsetSyncStore()
+        self.emitted: dict[tuple[str, TopicPartition], int] = {}
+        self.checkpoints = 0
+
+    def start(self, config: dict[str, str]) -> None:
+        self.flow = _flow(config)
+        self.policy = self.flow.policy()
+        self.alias = self.flow.source.alias
+        self.fixed_groups: list[str] = json.loads(config.get(GROUPS_KEY, "[]"))
+        self.source = open_cluster(self.flow.source)
+        self.target = RaystreamCluster.attach(self.flow.target)
+        self.checkpoints_topic = self.policy.checkpoints_topic(self.alias)
+        self.target.ensure_topic(
+            self.checkpoints_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor
+        )
+        syncs_topic = self.policy.offset_syncs_topic(self.alias)
+        self.target.ensure_topic(syncs_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
+        self.syncs = self.target.cluster.consumer(
+            enable_auto_commit=False, auto_offset_reset="earliest", isolation_level="read_committed"
+        )
+        self.syncs.assign([TopicPartition(syncs_topic, 0)])
+        self.syncs.seek_to_beginning(TopicPartition(syncs_topic, 0))
+        now = self.clock()
+        self.next_checkpoint = now
+        self.next_group_sync = now + self.flow.sync_group_offsets_interval_seconds
+        self.next_groups_refresh = now
+        self.groups: list[str] = list(self.fixed_groups)
+
+    def read_syncs(self, timeout_s: float = 0.0) -> int:
+        """Take in the offset syncs written since the last call; how many."""
+        table = self.syncs.poll_arrow(timeout_ms=timeout_s * 1000, max_records=100_000)
+        if not table.num_rows:
+            return 0
+        for key, value in zip(
+            table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+        ):
+            self.store.add(OffsetSync.decode(key, value))
+        return table.num_rows
+
+    def poll(self) -> list[SourceRecord] | None:
+        now = self.clock()
+        if now < self.next_checkpoint:
+            time.sleep(min(self.next_checkpoint - now, POLL_TIMEOUT_S))
+            return None
+        self.next_checkpoint = now + self.flow.emit_checkpoints_interval_seconds
+        while self.read_syncs():
+            pass
+        if not self.fixed_groups and now >= self.next_groups_refresh:
+            wanted = self.flow.group_filter()
+            self.groups = [g for g in self.source.group_ids() if wanted.matches(g)]
+            self.next_groups_refresh = now + self.flow.refresh_groups_interval_seconds
+        found = self.translate_all()
+        records = []
+        for checkpoint in found:
+            key = (checkpoint.group, checkpoint.tp)
+            if self.emitted.get(key) == checkpoint.downstream:
+                continue
+            self.emitted[key] = checkpoint.downstream
+            records.append(
+                SourceRecord(
+                    source_partition={
+                        "group": checkpoint.group,
+                        "topic": checkpoint.tp.topic,
+                        "partition": checkpoint.tp.partition,
+                    },
+                    source_offset={"offset": 0},
+                    topic=self.checkpoints_topic,
+                    key=checkpoint.key(),
+                    value=checkpoint.value(),
+                    partition=0,
+                )
+            )
+        self.checkpoints += len(records)
+        if self.flow.sync_group_offsets_enabled and now >= self.next_group_sync:
+            self.next_group_sync = now + self.flow.sync_group_offsets_interval_seconds
+            self.sync_group_offsets(found)
+        return records or None
+
+    def translate_all(self) -> list[Checkpoint]:
+        """Checkpoints of every watched group's committed offsets that translate."""
+        found = []
+        mirrored = set(
+            mirrored_topics(self.flow, sorted({tp.topic for tp in self.store.partitions()}))
+        )
+        for group in self.groups:
+            for tp, upstream in sorted(self.source.group_offsets(group).items()):
+                if tp.topic not in mirrored:
+                    continue
+                downstream = self.store.translate(tp, upstream)
+                if downstream is None:
+                    continue
+                remote = TopicPartition(
+                    self.policy.format_remote_topic(self.alias, tp.topic), tp.partition
+                )
+                found.append(Checkpoint(group, remote, upstream, downstream))
+        return found
+
+    def sync_group_offsets(self, checkpoints: Sequence[Checkpoint]) -> dict[str, int]:
+        """Commit checkpoints into the target's groups that have no members there and
+        whose committed offsets are behind (never rewinding a group); per group, how
+        many partitions moved."""
+        by_group: dict[str, dict[TopicPartition, int]] = {}
+        for checkpoint in checkpoints:
+            by_group.setdefault(checkpoint.group, {})[checkpoint.tp] = checkpoint.downstream
+        moved = {}
+        for group, offsets in sorted(by_group.items()):
+            if self.target.group_is_active(group):
+                continue
+            current = self.target.group_offsets(group)
+            ahead = {tp: o for tp, o in offsets.items() if current.get(tp, -1) < o}
+            if ahead and self.target.set_group_offsets(group, ahead):
+                moved[group] = len(ahead)
+        return moved
+
+    def stop(self) -> None:
+        for what in ("syncs", "source", "target"):
+            found = getattr(self, what, None)
+            if found is not None:
+                try:
+                    found.close()
+                except Exception as error:
+                    logger.info("mirror checkpoint task: close failed: %s", error)
+
+
+# ------------------------------------------------------------------ heartbeats
+
+
+class MirrorHeartbeatConnector(SourceConnector):
+    """One task writing heartbeats, so a consumer of the target can tell the flow is up
+    (and, mirrored back, how far behind it runs)."""
+
+    def start(self, config: dict[str, str]) -> None:
+        self.config = dict(config)
+        self.flow = _flow(config)
+
+    def task_class(self) -> type[SourceTask]:
+        return MirrorHeartbeatTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.config)] if self.flow.emit_heartbeats_enabled else []
+
+    def stop(self) -> None:
+        pass
+
+
+class MirrorHeartbeatTask(SourceTask):
+    """A heartbeat every ``emit.heartbeats.interval.seconds`` into ``heartbeats``."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+    ) -> None:
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.next_beat = 0.0
+
+    def start(self, config: dict[str, str]) -> None:
+        self.flow = _flow(config)
+        self.topic = self.flow.policy().heartbeats_topic()
+        target = RaystreamCluster.attach(self.flow.target)
+        try:
+            target.ensure_topic(self.topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
+        finally:
+            target.close()
+
+    def poll(self) -> list[SourceRecord] | None:
+        now = self.clock()
+        if now < self.next_beat:
+            time.sleep(min(self.next_beat - now, POLL_TIMEOUT_S))
+            return None
+        self.next_beat = now + self.flow.emit_heartbeats_interval_seconds
+        beat = Heartbeat(self.flow.source.alias, self.flow.target.alias, self.wall_ms())
+        return [
+            SourceRecord(
+                source_partition={
+                    "sourceClusterAlias": beat.source_alias,
+                    "targetClusterAlias": beat.target_alias,
+                },
+                source_offset={"offset": 0},
+                topic=self.topic,
+                key=beat.key(),
+                value=beat.value(),
+                partition=0,
+                timestamp=beat.timestamp_ms,
+            )
+        ]
+
+    def stop(self) -> None:
+        pass
+
+
+def check_batch_partition(batch: SourceBatch) -> int:
+    """The one target partition of a mirror batch (its ``partition`` column).
+
+    Raises:
+        ConnectError: the batch mixes partitions (not a mirror batch).
+    """
+    column = batch.table.column("partition")
+    low, high = pc.min(column).as_py(), pc.max(column).as_py()
+    if low != high:
+        raise ConnectError(f"mirror batch for {batch.topic!r} mixes partitions {low}..{high}")
+    return int(low)
