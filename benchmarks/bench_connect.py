@@ -14,6 +14,10 @@ on one local Ray; the source topic is filled with ``--records`` 100-byte records
   the lag of each record as its arrival time minus its (kept) source timestamp:
   p50 and p99 in milliseconds.
 
+Sink half (``benchmarks.connect_sink``): a file-to-Parquet directory sink on Connect's
+workers reading ``--sink-records`` records, against a raw ``poll_arrow`` consume of the
+same topic (target: at least 50%).
+
 The mirror's throughput is set against the slower of raw consume and raw produce (the
 target: at least 50%). One command::
 
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from benchmarks.connect_sink import bench_sink
 from benchmarks.harness import local_cluster, machine_line
 
 VALUE_BYTES = 100
@@ -206,11 +211,24 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rate", type=int, default=20_000, help="records/s for the lag run")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of the lag run")
+    parser.add_argument(
+        "--sink-records", type=int, default=1_000_000, help="records for the sink half"
+    )
+    parser.add_argument("--skip-sink", action="store_true")
+    parser.add_argument("--skip-mirror", action="store_true")
     args = parser.parse_args()
     print(machine_line("confluent-kafka"))
-    print(f"MirrorMaker, raystream -> raystream, {args.records} records of {VALUE_BYTES} B")
+    if not args.skip_sink:
+        print(f"Connect sink, {args.sink_records} records of {VALUE_BYTES} B, one partition")
+        _print_rows(bench_sink(args.sink_records))
+    if not args.skip_mirror:
+        print(f"MirrorMaker, raystream -> raystream, {args.records} records of {VALUE_BYTES} B")
+        _print_rows(bench_mirror(args.records, args.rate, args.seconds))
+
+
+def _print_rows(rows: list[tuple[str, float, str]]) -> None:
     print(f"{'what':<28} {'figure':>14}  note")
-    for what, figure, note in bench_mirror(args.records, args.rate, args.seconds):
+    for what, figure, note in rows:
         unit = "" if note.startswith("ms") else " rec/s"
         print(f"{what:<28} {figure:>14,.1f}{unit}  {note}")
 

@@ -12,14 +12,12 @@ On one local raystream cluster, a topic of one partition is filled with ``record
   Parquet files (fsynced, renamed) and leaves out the group join before the first poll.
 
 The sink's figure is set against the raw consume (the target: at least 50%).
-``bench_connect`` prints these rows beside MirrorMaker's; alone::
-
-    python -m benchmarks.connect_sink [--records 1000000]
+``python -m benchmarks.bench_connect`` prints these rows beside MirrorMaker's
+(``--skip-mirror`` for the sink alone).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -29,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.harness import local_cluster, machine_line
+from benchmarks.harness import local_cluster
 
 VALUE_BYTES = 100
 TABLE_ROWS = 10_000
@@ -75,7 +73,7 @@ def stored_offset(directory: Path, topic: str) -> int | None:
 
 def parquet_sink(cluster: Any, topic: str, records: int, timeout_s: float = 600) -> float:
     """Records/s of the directory sink writing Parquet, from its first file to its last."""
-    from raystream.connect import Workers
+    from raystream.connectors import Workers
 
     directory = Path(tempfile.mkdtemp(prefix="raystream-bench-sink-"))
     workers = Workers(cluster, group_id="bench-sink", num_workers=1)
@@ -83,7 +81,7 @@ def parquet_sink(cluster: Any, topic: str, records: int, timeout_s: float = 600)
         workers.create(
             "to-parquet",
             {
-                "connector.class": "raystream.connect.file.DirectorySinkConnector",
+                "connector.class": "raystream.connectors.file.DirectorySinkConnector",
                 "topics": topic,
                 "directory": str(directory),
                 "format": "parquet",
@@ -125,18 +123,3 @@ def bench_sink(records: int) -> list[tuple[str, float, str]]:
         ("raw consume", consume, ""),
         ("file-to-Parquet sink", sink, f"{sink / consume:.0%} of raw consume"),
     ]
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000)
-    args = parser.parse_args()
-    print(machine_line())
-    print(f"Connect sink, {args.records} records of {VALUE_BYTES} B, one partition")
-    print(f"{'what':<28} {'figure':>14}  note")
-    for what, figure, note in bench_sink(args.records):
-        print(f"{what:<28} {figure:>14,.1f} rec/s  {note}")
-
-
-if __name__ == "__main__":
-    main()

@@ -32,8 +32,7 @@ from raystream.types import (
 )
 
 if TYPE_CHECKING:
-    from raystream import connect as connectors
-    from raystream import data, spark, streams
+    from raystream import connectors, data, mirror, spark, streams
     from raystream.client.admin import Admin
     from raystream.client.cluster import Cluster, connect
     from raystream.client.consumer import Consumer
@@ -48,7 +47,7 @@ __version__ = "0.1.0"
 # that ``import raystream.log`` stays a plain library import without Ray. ("mirror"
 # joins ``__all__`` with its package.)
 _SUBMODULES = {
-    "connectors": "raystream.connect",
+    "connectors": "raystream.connectors",
     "data": "raystream.data",
     "mirror": "raystream.mirror",
     "spark": "raystream.spark",
@@ -99,6 +98,7 @@ __all__ = [
     "connectors",
     "data",
     "errors",
+    "mirror",
     "spark",
     "streams",
 ]

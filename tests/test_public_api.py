@@ -28,6 +28,7 @@ API = {
     "connectors",
     "data",
     "errors",
+    "mirror",
     "spark",
     "streams",
 }
@@ -100,9 +101,9 @@ def test_the_storage_engine_and_pure_logic_import_without_ray() -> None:
         "raystream.client.partitioner",
         "raystream.transactions.metadata",
         "raystream.wire",
-        "raystream.connect.worker",
-        "raystream.connect.storage",
-        "raystream.connect.plugins",
+        "raystream.connectors.worker",
+        "raystream.connectors.storage",
+        "raystream.connectors.plugins",
     ]
     code = f"import sys, {', '.join(pure)}; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import ray
 
-from raystream.connect.herder import Herder
+from raystream.connectors.herder import Herder
 from raystream.errors import ConnectError
 from raystream.transport import CALL_ERRORS, stop_actor
 

@@ -19,6 +19,7 @@ from typing import Any
 from raystream.cli import acls as cli_acls
 from raystream.cli import connect as cli_connect
 from raystream.cli import manage, records
+from raystream.cli import mirror as cli_mirror
 from raystream.cli import quotas as cli_quotas
 from raystream.cli import streams as cli_streams
 from raystream.cli import users as cli_users
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_quotas.add_parser(commands)
     cli_users.add_parser(commands)
     cli_connect.add_parser(commands, _output_option)
+    cli_mirror.add_parser(commands)
 
     demo = commands.add_parser("demo", help="the main job, on an embedded local cluster")
     demo.add_argument("--orders", type=int, default=200_000, help="how many orders to stream")
@@ -402,6 +404,7 @@ _COMMANDS = {
     "acls": cli_acls.acls,
     "users": cli_users.users,
     "connect": cli_connect.connect,
+    "mirror": cli_mirror.mirror,
 }
 
 

@@ -89,7 +89,7 @@ def read_config_file(path: str) -> tuple[str | None, dict[str, str]]:
 def connect(args: argparse.Namespace, cluster: Any) -> int:
     """Run one ``raystream connect`` action."""
     from raystream.cli.manage import print_json
-    from raystream.connect.workers import Workers
+    from raystream.connectors.workers import Workers
 
     if args.action == "worker":
         workers = Workers(

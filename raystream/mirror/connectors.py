@@ -1,10 +1,10 @@
-"""MirrorMaker 2's three connectors, as Connect connectors (``raystream.connect.api``).
+"""MirrorMaker 2's three connectors, as Connect connectors (``raystream.connectors.api``).
 
 - :class:`MirrorSourceConnector` finds the source topics the flow mirrors (by regex,
   loops and internal topics left out), creates their remote topics on the target with
   the source's partition count and configs, follows both as they change, and splits the
   partitions among :class:`MirrorSourceTask` s. A task reads its partitions as Arrow
-  tables and returns one :class:`~raystream.connect.api.SourceBatch` per source
+  tables and returns one :class:`~raystream.connectors.api.SourceBatch` per source
   partition and poll: key, value, headers and timestamp kept, the partition kept (the
   ``partition`` column), the remote topic as the batch's topic. Its source offset is
   ``{"offset": last upstream offset}`` under ``{"cluster", "topic", "partition"}``, as
@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raystream.connect.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
+from raystream.connectors.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
 from raystream.errors import ConnectError, RaystreamError
 from raystream.mirror.clusters import RaystreamCluster, SourceCluster, open_cluster
 from raystream.mirror.config import FlowSettings

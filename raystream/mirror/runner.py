@@ -30,7 +30,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raystream.connect.api import SourceBatch, SourceRecord, SourceTask
+from raystream.connectors.api import SourceBatch, SourceRecord, SourceTask
 from raystream.errors import ConnectError, RaystreamError
 from raystream.mirror.clusters import RaystreamCluster
 from raystream.mirror.config import FlowSettings
@@ -58,7 +58,7 @@ def offset_key(connector: str, source_partition: Mapping[str, Any]) -> bytes:
 
 class OffsetsTopic:
     """Source offsets in a compacted topic of the target; the
-    :class:`~raystream.connect.api.OffsetStorageReader` of the flow's tasks."""
+    :class:`~raystream.connectors.api.OffsetStorageReader` of the flow's tasks."""
 
     def __init__(self, target: RaystreamCluster, topic: str, connector: str) -> None:
         self.target = target

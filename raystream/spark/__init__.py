@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "StreamingQuery": "raystream.spark.microbatch",
-    "read_iceberg": "raystream.connect.datalake",
+    "read_iceberg": "raystream.connectors.datalake",
     "read_topic": "raystream.spark.source",
     "release": "raystream.spark.source",
     "session": "raystream.spark.context",

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from raystream.connect.datalake import DataLakeSinkConnector, load_table, read_iceberg
+from raystream.connectors.datalake import DataLakeSinkConnector, load_table, read_iceberg
 from raystream.types import TopicPartition
 
 pytestmark = pytest.mark.slow
