@@ -448,6 +448,7 @@ class Sender(threading.Thread):
             self._take_answers(self._clock())
         if self._new_producer is not None:
             self._adopt_producer()
+        self.quotas.maybe_refresh(self._clock())
         held = self._held_topics()
         with accumulator.lock:
             now = self._clock()
@@ -464,7 +465,6 @@ class Sender(threading.Thread):
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + EXPIRY_CHECK_S
-        self.quotas.maybe_refresh(now)
         muted_s = self.quotas.muted_until - now
         if self._queued and muted_s <= 0 and self._has_producer_id(now):
             self._issue(now)
@@ -473,7 +473,7 @@ class Sender(threading.Thread):
             wait_s = muted_s if wait_s is None else min(wait_s, muted_s)
         if self._in_flight or (self._queued and wait_s is None):
             wait_s = EXPIRY_CHECK_S if wait_s is None else min(wait_s, EXPIRY_CHECK_S)
-        accumulator.wait_for_work(wait_s, self._has_answers, self._held_topics())
+        accumulator.wait_for_work(wait_s, self._woken, self._held_topics())
         return False
 
     def _held_topics(self) -> set[str]:
@@ -496,8 +496,13 @@ class Sender(threading.Thread):
                 held.add(topic)
         return held
 
-    def _has_answers(self) -> bool:
-        return bool(self._answered)
+    def _woken(self) -> bool:
+        """Whether the loop has work that the accumulator does not see (checked under
+        its lock): answers, or a close that came after this turn's drain with nothing
+        left to send, which would otherwise leave the thread waiting for good."""
+        return bool(self._answered) or (
+            self._accumulator.closed and not self._in_flight and not self._queued
+        )
 
     def _has_producer_id(self, now: float) -> bool:
         """Whether batches may go out: not idempotent, or the producer id is known.
