@@ -382,6 +382,8 @@ class ProducerConfig(KafkaConfig):
         metadata_max_age_ms: how old the producer's topic metadata may grow before it
             is fetched again, even without an error, so that partitions added to a
             topic receive records (keys spread over the new count, as in Kafka).
+        client_id: names the producer to the cluster; client quotas
+            (``producer_byte_rate``) set for it hold (see :mod:`raystream.client.quotas`).
     """
 
     acks: int = -1
@@ -403,6 +405,7 @@ class ProducerConfig(KafkaConfig):
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
     metadata_max_age_ms: int = 300_000
+    client_id: str = "raystream-producer"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "acks", normalize_acks(self.acks))
@@ -468,6 +471,13 @@ class ProducerConfig(KafkaConfig):
         for name in ("partitioner", "key_serializer", "value_serializer"):
             value = getattr(self, name)
             require(value is None or callable(value), owner, name, value, "must be callable")
+        require(
+            isinstance(self.client_id, str) and self.client_id != "",
+            owner,
+            "client_id",
+            self.client_id,
+            "expected a non-empty string",
+        )
 
     def with_options(
         self, options: Mapping[str, Any] | None = None, **kwargs: Any
@@ -493,7 +503,9 @@ class ConsumerConfig(KafkaConfig):
         group_id: the consumer group (None: no group, nothing to commit).
         group_instance_id: makes the member static: a restart with the same id within
             ``session_timeout_ms`` gets its partitions back without a rebalance.
-        client_id: names the member in the group (member ids start with it).
+        client_id: names the member in the group (member ids start with it) and the
+            consumer to the cluster: client quotas (``consumer_byte_rate``) set for it
+            hold (see :mod:`raystream.client.quotas`).
         auto_offset_reset: where a partition without a valid position starts:
             "earliest", "latest" or "none" (raise OffsetOutOfRangeError).
         enable_auto_commit, auto_commit_interval_ms: periodic commits (with groups).

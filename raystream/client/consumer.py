@@ -174,6 +174,7 @@ class Consumer:
             max_fetch_bytes=min(self.config.fetch_max_bytes, self.config.max_partition_fetch_bytes),
             request_timeout_ms=self.config.request_timeout_ms,
             retry_backoff_ms=self.config.retry_backoff_ms,
+            client_id=self.config.client_id,
         )
         self._subscription: list[str] = []
         self._listener: Any = None
@@ -891,7 +892,10 @@ class Consumer:
           fetched, before conversion).
         - ``fetch-rate`` / ``-total``, ``fetch-latency-avg`` / ``-max`` (a fetch's round
           trip, the leader's long-poll wait included), ``fetch-size-avg`` / ``-max``
-          (bytes), ``records-per-request-avg``.
+          (bytes), ``records-per-request-avg``, ``fetch-throttle-time-avg`` / ``-max``
+          (ms the consumer held its fetches back after each answer, while a
+          ``consumer_byte_rate`` quota applies to its ``client_id``; NaN while none does,
+          see :mod:`raystream.client.quotas`).
         - ``records-lag-max``: the largest lag of the assigned partitions, and
           ``records-lag``: a dict of each partition's lag (its last fetched high
           watermark minus its position), now rather than over a window.

@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from raystream.client.cluster import Cluster
 from raystream.client.metrics import ConsumerMetrics
+from raystream.client.quotas import ClientQuotas
 from raystream.errors import (
     IllegalStateError,
     LeaderNotAvailableError,
@@ -56,6 +57,7 @@ from raystream.errors import (
 )
 from raystream.protocol import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from raystream.requests import FetchRequest, ListOffsetsRequest
+from raystream.security.quotas import CONSUMER_BYTE_RATE
 from raystream.transport import outcome, send
 from raystream.types import (
     TIMESTAMP_CREATE_TIME,
@@ -156,6 +158,9 @@ class Fetcher:
         max_fetch_bytes: bytes per partition fetch (at least one batch is returned).
         request_timeout_ms: how long list-offsets calls may take, retries included.
         retry_backoff_ms: pause before retrying a partition after a retriable error.
+        client_id: the consumer's client id; a ``consumer_byte_rate`` quota set for it
+            holds (:mod:`raystream.client.quotas`): an answer that puts the consumer
+            over it delays every next fetch by the throttle time.
         clock: monotonic seconds (tests may pass their own).
     """
 
@@ -169,6 +174,7 @@ class Fetcher:
         max_fetch_bytes: int = 1 << 20,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        client_id: str = "raystream-consumer",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cluster = cluster
@@ -186,6 +192,7 @@ class Fetcher:
         self._arrived = threading.Condition()
         self._answered: list[tuple[PartitionState, _InFlight]] = []
         self.metrics = ConsumerMetrics()
+        self.quotas = ClientQuotas(cluster, client_id, CONSUMER_BYTE_RATE, clock)
 
     # -------------------------------------------------------------- assignment
 
@@ -300,8 +307,12 @@ class Fetcher:
             self._wait(remaining)
 
     def _send(self) -> None:
-        """Send a fetch for every fetchable partition that has none in flight."""
+        """Send a fetch for every fetchable partition that has none in flight (none
+        while the consumer is over its quota)."""
         now = self._clock()
+        self.quotas.maybe_refresh(now)
+        if now < self.quotas.muted_until:
+            return
         refresh: set[str] = set()
         for state in self._states.values():
             if (
@@ -395,6 +406,8 @@ class Fetcher:
             size = sum(map(len, response.data))
             now = self._clock()
             self.metrics.record_fetch(now - flight.sent_at, size, table.num_rows, now)
+            if self.quotas.manager.active:
+                self.metrics.record_throttle(self.quotas.record(size, now), now)
             if table.num_rows:
                 offsets = table.column("offset").to_numpy()
                 row_bytes = size / table.num_rows
@@ -492,6 +505,8 @@ class Fetcher:
             for s in self._states.values()
             if s.in_flight is None and not s.paused and s.retry_at > now
         ]
+        if self.quotas.muted_until > now:
+            retries.append(self.quotas.muted_until)
         timeout = min([remaining_s, MAX_WAIT_S, *(r - now for r in retries)])
         with self._arrived:
             if not self._answered:

@@ -125,6 +125,7 @@ class ProducerMetrics:
         self.errors = Windowed()  # records per failure
         self.latency_ms = Windowed()  # per answered call
         self.queue_time_ms = Windowed()  # oldest record's wait per call
+        self.throttle_ms = Windowed()  # per call while a client quota is in force
         self.record_send_total = 0
         self.record_retry_total = 0
         self.record_error_total = 0
@@ -151,6 +152,11 @@ class ProducerMetrics:
         """A produce call was answered (success or error) after ``latency_s``."""
         self.response_total += 1
         self.latency_ms.record(latency_s * 1000, now)
+
+    def record_throttle(self, throttle_ms: int, now: float) -> None:
+        """A call was metered against the producer's client quota: ``throttle_ms``
+        is how long the producer then sends nothing (0: within the quota)."""
+        self.throttle_ms.record(throttle_ms, now)
 
     def record_errors(self, records: int, now: float) -> None:
         """``records`` records failed for good (their futures carry the error)."""
@@ -182,6 +188,8 @@ class ProducerMetrics:
             "batch-size-max": self.bytes_sent.max(now),
             "outgoing-byte-rate": self.bytes_sent.rate(now),
             "outgoing-byte-total": float(self.outgoing_byte_total),
+            "produce-throttle-time-avg": self.throttle_ms.avg(now),
+            "produce-throttle-time-max": self.throttle_ms.max(now),
             **{name: float(value) for name, value in gauges.items()},
         }
 
@@ -200,6 +208,7 @@ class ConsumerMetrics:
         self.fetch_records = Windowed()
         self.commit_latency_ms = Windowed()
         self.poll_gap_ms = Windowed()  # time between polls
+        self.throttle_ms = Windowed()  # per fetch while a client quota is in force
         self.records_consumed_total = 0
         self.bytes_consumed_total = 0
         self.fetch_total = 0
@@ -212,6 +221,11 @@ class ConsumerMetrics:
         self.fetch_latency_ms.record(latency_s * 1000, now)
         self.fetch_bytes.record(size, now)
         self.fetch_records.record(records, now)
+
+    def record_throttle(self, throttle_ms: int, now: float) -> None:
+        """A fetch answer was metered against the consumer's client quota:
+        ``throttle_ms`` is how long the consumer then fetches nothing (0: within it)."""
+        self.throttle_ms.record(throttle_ms, now)
 
     def record_consumed(self, records: int, size: float, now: float) -> None:
         """``records`` records of one partition (about ``size`` bytes) were returned."""
@@ -253,6 +267,8 @@ class ConsumerMetrics:
             "fetch-total": float(self.fetch_total),
             "fetch-size-avg": self.fetch_bytes.avg(now),
             "fetch-size-max": self.fetch_bytes.max(now),
+            "fetch-throttle-time-avg": self.throttle_ms.avg(now),
+            "fetch-throttle-time-max": self.throttle_ms.max(now),
             "records-lag-max": float(max(lags.values())) if lags else math.nan,
             "records-lag": {tp: float(lag) for tp, lag in lags.items()},
             "commit-latency-avg": self.commit_latency_ms.avg(now),

@@ -551,6 +551,9 @@ class Producer:
           ``batch-size-avg`` / ``-max`` (bytes per call: a call carries one batch of
           one partition), ``outgoing-byte-rate`` / ``-total``,
           ``record-queue-time-avg`` / ``-max`` (ms the oldest record of a call waited).
+        - ``produce-throttle-time-avg`` / ``-max``: ms the producer held its calls back
+          after each call, while a ``producer_byte_rate`` quota applies to its
+          ``client_id`` (NaN while none does; see :mod:`raystream.client.quotas`).
         - ``buffer-total-bytes`` (``buffer_memory``), ``buffer-available-bytes``,
           ``requests-in-flight``.
         """

@@ -72,6 +72,12 @@ attached, the sender adds the partitions that have batches waiting to the transa
 (one coordinator call for all that are new) before any of them goes out, and marks
 every batch transactional.
 
+Client quotas: while a ``producer_byte_rate`` quota applies to the producer's
+``client_id``, each call's bytes are metered as it goes out, and a call that puts the
+producer over the quota stops all sending for the throttle time, as Kafka's broker
+mutes the channel (:mod:`raystream.client.quotas`); records wait in their queues
+meanwhile and go out in fuller calls.
+
 With ``acks=0`` a batch's records complete (offset -1) as soon as it is issued; its
 answer is only awaited to bound the calls in flight, and its errors are ignored.
 
@@ -103,6 +109,7 @@ from raystream.client.accumulator import (
     build_requests,
 )
 from raystream.client.metrics import ProducerMetrics, payload_bytes
+from raystream.client.quotas import ClientQuotas
 from raystream.client.results import ProduceRequest
 from raystream.config import ProducerConfig
 from raystream.errors import (
@@ -118,6 +125,7 @@ from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE, encode_records
+from raystream.security.quotas import PRODUCER_BYTE_RATE
 from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
@@ -391,6 +399,7 @@ class Sender(threading.Thread):
         :data:`raystream.requests.INTERNAL_WRITERS`)."""
         self._new_producer: tuple[int, int] | None = None
         self.metrics = ProducerMetrics()  # Producer.metrics(); recorded per call
+        self.quotas = ClientQuotas(topics.cluster, config.client_id, PRODUCER_BYTE_RATE, clock)
 
     # ------------------------------------------------------------------- control
 
@@ -439,6 +448,7 @@ class Sender(threading.Thread):
             self._take_answers(self._clock())
         if self._new_producer is not None:
             self._adopt_producer()
+        self.quotas.maybe_refresh(self._clock())
         held = self._held_topics()
         with accumulator.lock:
             now = self._clock()
@@ -455,12 +465,15 @@ class Sender(threading.Thread):
         if now >= self._next_expiry_check:
             self._expire(now)
             self._next_expiry_check = now + EXPIRY_CHECK_S
-        if self._queued and self._has_producer_id(now):
+        muted_s = self.quotas.muted_until - now
+        if self._queued and muted_s <= 0 and self._has_producer_id(now):
             self._issue(now)
         wait_s = self._next_backoff(now)
+        if self._queued and muted_s > 0:
+            wait_s = muted_s if wait_s is None else min(wait_s, muted_s)
         if self._in_flight or (self._queued and wait_s is None):
             wait_s = EXPIRY_CHECK_S if wait_s is None else min(wait_s, EXPIRY_CHECK_S)
-        accumulator.wait_for_work(wait_s, self._has_answers, self._held_topics())
+        accumulator.wait_for_work(wait_s, self._woken, self._held_topics())
         return False
 
     def _held_topics(self) -> set[str]:
@@ -483,8 +496,13 @@ class Sender(threading.Thread):
                 held.add(topic)
         return held
 
-    def _has_answers(self) -> bool:
-        return bool(self._answered)
+    def _woken(self) -> bool:
+        """Whether the loop has work that the accumulator does not see (checked under
+        its lock): answers, or a close that came after this turn's drain with nothing
+        left to send, which would otherwise leave the thread waiting for good."""
+        return bool(self._answered) or (
+            self._accumulator.closed and not self._in_flight and not self._queued
+        )
 
     def _has_producer_id(self, now: float) -> bool:
         """Whether batches may go out: not idempotent, or the producer id is known.
@@ -587,17 +605,21 @@ class Sender(threading.Thread):
                 self._in_flight[future] = batch
                 future.add_done_callback(self._on_answer)
                 queue.in_flight += 1
+                size = payload_bytes(batch.payload)
                 self.metrics.record_send(
-                    batch.rows,
-                    payload_bytes(batch.payload),
-                    batch.attempts > 1,
-                    now - batch.created,
-                    now,
+                    batch.rows, size, batch.attempts > 1, now - batch.created, now
                 )
                 if self._acks == 0:
                     batch.complete(-1)
+                if self.quotas.manager.active:
+                    throttle_ms = self.quotas.record(size, now)
+                    self.metrics.record_throttle(throttle_ms, now)
+                    if throttle_ms:
+                        break
             if queue.pending and queue.in_flight:
                 self._prepare(queue.pending[0])
+            if now < self.quotas.muted_until:
+                return  # over quota: nothing more goes out until the mute ends
 
     def _add_to_transaction(self) -> None:
         """Add the partitions with batches waiting to the transaction (one call for the

@@ -231,6 +231,16 @@ def describe(
     return {k: dict(v) for k, v in quotas.items() if matches(k, components, strict)}
 
 
+def without_users(quotas: Mapping[Entity, Mapping[str, float]]) -> dict[Entity, dict[str, float]]:
+    """The quotas whose entity names no user (named or default).
+
+    For a client that has no principal of its own to be metered as: raystream's own
+    clients inside Ray are matched by client id only, so a user's quota (or the
+    default user's) must not catch them as if they were that user.
+    """
+    return {k: dict(v) for k, v in quotas.items() if all(kind != USER for kind, _ in k)}
+
+
 def user_of(principal: str) -> str:
     """Kafka's quota user of a principal: its name (``User:alice`` -> ``alice``)."""
     return principal.partition(":")[2] or principal
@@ -438,4 +448,5 @@ __all__ = [
     "to_json",
     "user_of",
     "validate_changes",
+    "without_users",
 ]

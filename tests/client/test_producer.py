@@ -19,8 +19,10 @@ import pytest
 import ray
 from ray.exceptions import RayActorError
 
+from raystream.client.consumer import Consumer
 from raystream.client.partitioner import partition_for_key
 from raystream.client.producer import Producer
+from raystream.client.quotas import ClientQuotas
 from raystream.errors import (
     IllegalStateError,
     InvalidConfigError,
@@ -34,7 +36,8 @@ from raystream.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from raystream.types import RecordMetadata
+from raystream.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaManager
+from raystream.types import RecordMetadata, TopicPartition
 
 T0 = 1_700_000_000_000
 
@@ -630,3 +633,93 @@ def test_records_expire_after_delivery_timeout_when_the_leader_stays_dead(
         producer.flush(timeout=0.2)
     with pytest.raises(RaystreamTimeoutError, match="delivery_timeout_ms=1500"):
         future.get(timeout=20)
+
+
+# ------------------------------------------------------------------ client quotas
+
+
+def two_one_second_samples(quotas: ClientQuotas) -> None:
+    """Meter over 2 samples of 1 s instead of Kafka's 11, and read the quotas now.
+
+    Kafka's 11 samples pad a new client's window to 10 s, so it may send 10 s of its
+    quota at once: over a test of a few seconds that burst would be most of what it
+    sent. Two samples pad to 1 s (the listener's server test does the same).
+    """
+    with quotas.lock:
+        quotas.manager = QuotaManager(window_num=2, window_size_s=1)
+        quotas.version = None
+    quotas.refresh()
+    assert quotas.manager.active
+
+
+@pytest.mark.slow
+def test_own_clients_hold_to_the_byte_rate_quotas_of_their_client_id(
+    shared_cluster, make_topic, producers
+) -> None:
+    topic = make_topic()
+    produce_rate, fetch_rate = 200_000.0, 400_000.0
+    admin = shared_cluster.admin()
+    quotas = {
+        ("client-id", "quota-producer"): {PRODUCER_BYTE_RATE: produce_rate},
+        ("client-id", "quota-consumer"): {CONSUMER_BYTE_RATE: fetch_rate},
+    }
+    admin.alter_client_quotas(quotas)
+    try:
+        value = b"x" * 1000
+        free = producers(client_id="quota-free")
+        free._sender.quotas.refresh()
+        assert free._sender.quotas.manager.active  # it knows the quotas, none is its own
+        began = time.monotonic()
+        for _ in range(4000):
+            free.send(topic, value)
+        free.flush(timeout=30)
+        free_s = time.monotonic() - began
+        assert 4_000_000 / free_s > 5 * produce_rate, free_s  # not held to the quota
+        assert not free.metrics()["produce-throttle-time-max"] > 0
+
+        held = producers(
+            client_id="quota-producer",
+            buffer_memory=128 << 10,
+            batch_size=16 << 10,
+            max_request_size=64 << 10,  # calls well under a second of the quota
+        )
+        two_one_second_samples(held._sender.quotas)
+        sent = 0
+        start = time.monotonic()
+        first: tuple[float, float] | None = None
+        while (elapsed := time.monotonic() - start) < 5:  # flat out
+            held.send(topic, value)
+            sent += 1
+            if first is None and elapsed >= 1:  # past the padded window's burst
+                first = (elapsed, held.metrics()["outgoing-byte-total"])
+        metrics = held.metrics()
+        assert first is not None
+        rate = (metrics["outgoing-byte-total"] - first[1]) / (elapsed - first[0])
+        assert 0.8 * produce_rate <= rate <= 1.2 * produce_rate, rate
+        assert metrics["produce-throttle-time-max"] > 0
+        held.flush(timeout=30)  # the records still buffered wait out their mute
+
+        tp = TopicPartition(topic, 0)
+        with Consumer(
+            cluster=shared_cluster,
+            client_id="quota-consumer",
+            enable_auto_commit=False,
+            max_partition_fetch_bytes=64 << 10,
+        ) as consumer:
+            two_one_second_samples(consumer._fetcher.quotas)
+            consumer.assign([tp])
+            consumer.seek(tp, 4000)  # the held producer's records
+            end = consumer.end_offsets([tp])[tp]
+            began = time.monotonic()
+            rows = 0
+            while consumer.position(tp) < end:
+                assert time.monotonic() - began < 60, consumer.position(tp)
+                rows += consumer.poll_arrow(timeout_ms=200).num_rows
+            read_s = time.monotonic() - began
+            fetched = consumer.metrics()
+        assert rows == end - 4000 == sent  # nothing lost
+        assert fetched["fetch-throttle-time-max"] > 0
+        # at most the 1 s padded burst ahead of the quota
+        assert read_s >= 0.8 * (fetched["bytes-consumed-total"] / fetch_rate - 1.0), read_s
+    finally:
+        admin.alter_client_quotas({entity: dict.fromkeys(keys) for entity, keys in quotas.items()})

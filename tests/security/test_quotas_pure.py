@@ -25,6 +25,7 @@ from raystream.security.quotas import (
     to_json,
     user_of,
     validate_changes,
+    without_users,
 )
 
 
@@ -232,3 +233,20 @@ def test_changes_apply_remove_round_trip_and_filter() -> None:
     }
     with pytest.raises(InvalidRequestError, match="'ip'"):
         describe(current, [("ip", 2, None)])
+
+
+def test_without_users_keeps_only_the_client_id_entities() -> None:
+    quotas = {
+        (("user", "alice"),): {PRODUCER_BYTE_RATE: 1.0},
+        (("user", None), ("client-id", "app")): {PRODUCER_BYTE_RATE: 2.0},
+        (("client-id", "app"),): {PRODUCER_BYTE_RATE: 3.0},
+        (("client-id", None),): {CONSUMER_BYTE_RATE: 4.0},
+    }
+    kept = without_users(quotas)
+    assert kept == {
+        (("client-id", "app"),): {PRODUCER_BYTE_RATE: 3.0},
+        (("client-id", None),): {CONSUMER_BYTE_RATE: 4.0},
+    }
+    # the default user's quota would otherwise win over the client id's for ""
+    assert resolve(quotas, PRODUCER_BYTE_RATE, "", "app") == (2.0, "", "app")
+    assert resolve(kept, PRODUCER_BYTE_RATE, "", "app") == (3.0, "", "app")
