@@ -38,11 +38,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from benchmarks.connect_sink import bench_sink
+from benchmarks.connect_sink import VALUE_BYTES, bench_sink, fill, raw_consume
 from benchmarks.harness import local_cluster, machine_line
 
-VALUE_BYTES = 100
-TABLE_ROWS = 10_000
 LAG_BATCH = 100
 
 
@@ -52,35 +50,6 @@ def _table(rows: int, start_ms: int | None = None) -> pa.Table:
     if start_ms is not None:
         columns["timestamp"] = pa.array(np.full(rows, start_ms, dtype=np.int64))
     return pa.table(columns)
-
-
-def _fill(cluster: Any, topic: str, records: int) -> float:
-    """Write ``records`` into ``topic`` in 10,000-row tables; records/s."""
-    producer = cluster.producer(acks="all", linger_ms=5)
-    table = _table(TABLE_ROWS)
-    t0 = time.perf_counter()
-    for lo in range(0, records, TABLE_ROWS):
-        producer.send_batch(topic, table.slice(0, min(TABLE_ROWS, records - lo)), partition=0)
-    elapsed = time.perf_counter() - t0
-    producer.close()
-    return records / elapsed
-
-
-def raw_consume(cluster: Any, topic: str, records: int) -> float:
-    """Read ``records`` of ``topic`` from the start with ``poll_arrow``; records/s."""
-    from raystream.types import TopicPartition
-
-    tp = TopicPartition(topic, 0)
-    with cluster.consumer(enable_auto_commit=False, max_poll_records=50_000) as consumer:
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got, first, t0 = 0, 0, 0.0
-        while got < records:
-            table = consumer.poll_arrow(timeout_ms=500)
-            if table.num_rows and not got:
-                t0, first = time.perf_counter(), table.num_rows  # the first batch starts the clock
-            got += table.num_rows
-        return (records - first) / (time.perf_counter() - t0)
 
 
 @contextmanager
@@ -188,10 +157,10 @@ def bench_mirror(records: int, rate: int, seconds: float) -> list[tuple[str, flo
         runs = [False, True, False, True]
         for i in range(len(runs)):
             source.admin().create_topic(f"bulk-{i}", partitions=1)
-            _fill(source, f"bulk-{i}", records)
-        consume = raw_consume(source, "bulk-0", records)
+            fill(source, f"bulk-{i}", records)
+        consume = raw_consume(source, "bulk-0", records, max_poll_records=50_000)
         target.admin().create_topic("raw", partitions=1)
-        produce = _fill(target, "raw", records)
+        produce = fill(target, "raw", records)
         rows += [("raw consume (source)", consume, ""), ("raw produce (target)", produce, "")]
         floor = min(consume, produce)
         for i, exactly_once in enumerate(runs):
