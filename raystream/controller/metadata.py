@@ -136,9 +136,13 @@ class TopicState:
     creating_from: int | None = None
 
     def visible_partitions(self) -> list[PartitionState]:
-        """The partitions clients see: those whose replicas all started."""
+        """The partitions clients see: those whose replicas all started.
+
+        A copy, so a caller that reads it outside the controller's lock is not
+        surprised by a partition that ``create_partitions`` appends meanwhile.
+        """
         if self.creating_from is None:
-            return self.partitions
+            return list(self.partitions)
         return self.partitions[: self.creating_from]
 
     def schema(self) -> pa.Schema | None:

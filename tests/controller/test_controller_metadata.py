@@ -196,6 +196,14 @@ def test_a_topic_being_created_shows_clients_only_its_finished_partitions() -> N
     assert topic.visible_partitions() == partitions
 
 
+def test_visible_partitions_do_not_grow_under_a_caller_that_holds_them() -> None:
+    """describe_topic reads them outside the lock while create_partitions appends."""
+    topic = TopicState("t", "id", [PartitionState(0, [0], {0: "n1"}, leader=0)])
+    seen = topic.visible_partitions()
+    topic.partitions.append(PartitionState(1, [0], {0: "n1"}, leader=0))
+    assert len(seen) == 1
+
+
 def test_a_record_written_before_atomic_creation_reads_as_created() -> None:
     record = TopicState("t", "id", []).to_json().replace('"creating_from": null, ', "")
     assert "creating_from" not in record
