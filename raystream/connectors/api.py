@@ -7,10 +7,8 @@ worker actors. The lifecycle and names are Kafka Connect's, so a Kafka Connect u
 reads a raystream connector without a guide::
 
     class LinesSource(SourceConnector):
-        def start(self, config): self.config = config
         def task_class(self): return LinesTask
-        def task_configs(self, max_tasks): return [self.config]
-        def stop(self): pass
+        # start keeps the config; task_configs makes one task of it; stop does nothing
 
     class LinesTask(SourceTask):
         def start(self, config):
@@ -267,21 +265,33 @@ class Connector(ABC):
         """
         return None
 
-    @abstractmethod
+    config: dict[str, str]
+
     def start(self, config: dict[str, str]) -> None:
-        """Begin with the connector's config (already validated)."""
+        """Begin with the connector's config (already validated).
+
+        The default keeps it as ``self.config``, which is all most connectors need: the
+        planning happens in ``task_configs`` and the work in the tasks.
+        """
+        self.config = dict(config)
 
     @abstractmethod
     def task_class(self) -> type[Task]:
         """The task class the workers instantiate."""
 
-    @abstractmethod
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        """At most ``max_tasks`` configs, one per task to run."""
+        """At most ``max_tasks`` configs, one per task to run.
 
-    @abstractmethod
+        The default is one task with the connector's config (a source that is one
+        stream, as Kafka's FileStreamSource); :class:`SinkConnector` gives each of
+        ``max_tasks`` tasks the same config, since its tasks share the topic partitions
+        through their consumer group.
+        """
+        return [dict(self.config)]
+
     def stop(self) -> None:
-        """Release what ``start`` took."""
+        """Release what ``start`` took; the default has nothing to release."""
+        return None
 
 
 class SourceConnector(Connector):
@@ -298,6 +308,11 @@ class SourceConnector(Connector):
 
 class SinkConnector(Connector):
     """A connector whose tasks write topics into another system."""
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """``max_tasks`` tasks with the connector's config: the group's assignment
+        shares the topic partitions among them."""
+        return [dict(self.config) for _ in range(max(1, max_tasks))]
 
 
 def sink_records(batch: pa.Table) -> list[SinkRecord]:

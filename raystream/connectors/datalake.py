@@ -457,15 +457,5 @@ class DataLakeSinkConnector(SinkConnector):
         else:
             config_str(config, "iceberg.tables")
 
-    def start(self, config: dict[str, str]) -> None:
-        self.validate(config)
-        self.config = dict(config)
-
     def task_class(self) -> type[Task]:
         return DataLakeSinkTask
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config) for _ in range(max(1, max_tasks))]
-
-    def stop(self) -> None:
-        pass

@@ -270,18 +270,8 @@ class FileStreamSourceConnector(SourceConnector):
         config_str(config, "topic")
         config_format(config)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.validate(config)
-        self.config = dict(config)
-
     def task_class(self) -> type[Task]:
         return FileSourceTask
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config)]
-
-    def stop(self) -> None:
-        pass
 
 
 class DirectorySourceConnector(SourceConnector):
@@ -293,10 +283,6 @@ class DirectorySourceConnector(SourceConnector):
         config_str(config, "topic")
         config_format(config)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.validate(config)
-        self.config = dict(config)
-
     def task_class(self) -> type[Task]:
         return FileSourceTask
 
@@ -305,9 +291,6 @@ class DirectorySourceConnector(SourceConnector):
         return [
             {**self.config, "task.index": str(i), "task.count": str(count)} for i in range(count)
         ]
-
-    def stop(self) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------- sinks
@@ -620,18 +603,12 @@ class FileStreamSinkConnector(SinkConnector):
         config_str(config, "file")
         config_format(config, TEXT_FORMATS)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.validate(config)
-        self.config = dict(config)
-
     def task_class(self) -> type[Task]:
         return FileStreamSinkTask
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """One task whatever ``tasks.max``: two would interleave lines in one file."""
         return [dict(self.config)]
-
-    def stop(self) -> None:
-        pass
 
 
 class DirectorySinkConnector(SinkConnector):
@@ -643,15 +620,5 @@ class DirectorySinkConnector(SinkConnector):
         config_format(config)
         Rotation.from_config(config)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.validate(config)
-        self.config = dict(config)
-
     def task_class(self) -> type[Task]:
         return DirectorySinkTask
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config) for _ in range(max(1, max_tasks))]
-
-    def stop(self) -> None:
-        pass

@@ -54,18 +54,8 @@ class HttpSource(SourceConnector):
         """Raise InvalidConfigError naming the key when the config cannot work."""
         HttpSettings.from_config(config)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.config = dict(config)
-        HttpSettings.from_config(self.config)
-
     def task_class(self) -> type[Task]:
         return HttpSourceTask
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config)]
-
-    def stop(self) -> None:
-        """Nothing to release: the task holds the connections."""
 
 
 @dataclass(frozen=True)

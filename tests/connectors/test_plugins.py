@@ -25,3 +25,27 @@ def test_kafka_class_names_resolve(kafka_name: str) -> None:
 def test_an_unknown_class_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(InvalidConfigError, match="FileStreamSource"):
         plugins.resolve("NoSuchConnector")
+
+
+def test_the_default_lifecycle_keeps_the_config_and_plans_the_usual_tasks() -> None:
+    """A connector writes only what differs: a source is one task of its config, a
+    sink's tasks share its partitions, and a single-file sink stays one task."""
+    from raystream.connectors.api import SinkConnector, SourceConnector
+
+    class Source(SourceConnector):
+        def task_class(self) -> type:
+            return object
+
+    class Sink(SinkConnector):
+        def task_class(self) -> type:
+            return object
+
+    source, sink = Source(), Sink()
+    source.start({"topic": "t"})
+    sink.start({"topics": "t"})
+    assert source.task_configs(4) == [{"topic": "t"}]
+    assert sink.task_configs(3) == [{"topics": "t"}] * 3
+    file_sink = plugins.resolve("FileStreamSink")()
+    file_sink.start({"file": "/tmp/x", "topics": "t"})
+    assert len(file_sink.task_configs(3)) == 1
+    source.stop()

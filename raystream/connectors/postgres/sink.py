@@ -92,18 +92,8 @@ class PostgresSink(SinkConnector):
     def validate(self, config: Mapping[str, str]) -> None:
         PostgresSinkConfig.from_config(config)
 
-    def start(self, config: dict[str, str]) -> None:
-        self.config = dict(config)
-        PostgresSinkConfig.from_config(config)
-
     def task_class(self) -> type[SinkTask]:
         return PostgresSinkTask
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config) for _ in range(max_tasks)]
-
-    def stop(self) -> None:
-        pass
 
 
 def _rows_table(batch: pa.Table, settings: PostgresSinkConfig) -> tuple[pa.Table, list[str]]:

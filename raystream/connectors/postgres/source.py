@@ -96,7 +96,7 @@ class PostgresSource(SourceConnector):
         PostgresSourceConfig.from_config(config)
 
     def start(self, config: dict[str, str]) -> None:
-        self.config = dict(config)
+        super().start(config)
         self.settings = PostgresSourceConfig.from_config(config)
 
     def task_class(self) -> type[SourceTask]:
@@ -122,9 +122,6 @@ class PostgresSource(SourceConnector):
         return [
             {**self.config, "tables": ",".join(tables[i::count])} for i in range(count) if tables
         ] or [dict(self.config)]
-
-    def stop(self) -> None:
-        pass
 
 
 @dataclass
