@@ -380,7 +380,7 @@ def test_leader_election_and_reassign_partitions(cli, capsys, tmp_path) -> None:
     assert "needs a topic, a partition and replicas" in capsys.readouterr().err
 
 
-WIDE = 40
+WIDE = 16
 
 
 @pytest.mark.slow
