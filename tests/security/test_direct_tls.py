@@ -50,9 +50,17 @@ class Served:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        self._run(self._close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
+
+    async def _close(self) -> None:
+        self.server.close()
+        deadline = asyncio.get_running_loop().time() + 10
+        while self.server._writers:  # the connections' handlers see their end
+            assert asyncio.get_running_loop().time() < deadline, "handlers still run"
+            await asyncio.sleep(0.005)
 
 
 class Tap:
