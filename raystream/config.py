@@ -12,10 +12,15 @@ import dataclasses
 import difflib
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from raystream.errors import InvalidConfigError
 from raystream.groups.assignors import ASSIGNORS
+
+if TYPE_CHECKING:
+    from raystream.kafka.listeners import ListenerSpec
+    from raystream.security.tls import TlsSettings
+    from raystream.wire import DirectListener
 
 C = TypeVar("C", bound="KafkaConfig")
 
@@ -170,10 +175,35 @@ class BrokerConfig(KafkaConfig):
             otherwise than their security protocol (Kafka's).
         ssl_keystore_location, ssl_key_location, ssl_key_password,
             ssl_truststore_location, ssl_client_auth: the TLS of ``SSL`` and
-            ``SASL_SSL`` listeners, as PEM files (see :mod:`raystream.security.tls`);
-            reloaded when the files change.
+            ``SASL_SSL`` listeners and of the direct path, as PEM files (see
+            :mod:`raystream.security.tls`); reloaded when the files change. The
+            truststore also holds the CAs raystream trusts as a client of the direct
+            path.
         ssl_principal_mapping_rules: Kafka's rules mapping a client certificate's
             subject to a principal (``DEFAULT``: ``User:<the whole DN>``).
+        ssl_endpoint_identification_algorithm: ``https`` (Kafka's default since 2.0):
+            raystream as a TLS client (of the direct path) checks that the server's
+            certificate names the host it connected to; empty turns that off (the
+            certificate is still checked against the truststore).
+        listener_overrides: Kafka's per-listener settings, given as
+            ``listener.name.<name>.<option>`` keys (``listener.name.external.ssl.
+            keystore.location``), one of
+            :data:`~raystream.kafka.listeners.LISTENER_OPTIONS` for one listener, over
+            the broker-wide option (:meth:`listener_option`). Kept as
+            ``((name, option), value)`` pairs; :meth:`to_kafka` gives the keys back.
+
+    The direct path (``listener.host``) is a listener named ``DIRECT`` in these
+    settings, the way Kafka's operators already name an inter-broker listener: with
+    ``listener.security.protocol.map`` holding ``DIRECT:SSL`` its sockets speak TLS,
+    with the broker-wide ``ssl.*`` files or ``listener.name.direct.ssl.*`` ones, and
+    every raystream process connecting checks the server's certificate (against
+    ``ssl.truststore.location``, its host name unless
+    ``ssl.endpoint.identification.algorithm`` is empty). A separate switch
+    (``direct.ssl.enabled``) would be a name no Kafka operator knows; the protocol map
+    and listener prefix are what they already use to secure one listener and not
+    another. The token the path has always required is sent inside TLS; client
+    certificates are not asked for there (``ssl.client.auth`` applies to the Kafka
+    listeners).
         sasl_enabled_mechanisms: what SASL listeners offer, among PLAIN,
             SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER. PLAIN is checked against the
             user's stored SCRAM credential.
@@ -213,6 +243,7 @@ class BrokerConfig(KafkaConfig):
     ssl_truststore_location: str = ""
     ssl_client_auth: str = "none"
     ssl_principal_mapping_rules: str = "DEFAULT"
+    ssl_endpoint_identification_algorithm: str = "https"
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
     sasl_oauthbearer_jwks_endpoint_url: str = ""
     sasl_oauthbearer_expected_audience: str = ""
@@ -220,6 +251,82 @@ class BrokerConfig(KafkaConfig):
     sasl_oauthbearer_sub_claim_name: str = "sub"
     sasl_oauthbearer_validator_class: str = ""
     connections_max_reauth_ms: int = 0
+    listener_overrides: tuple[tuple[tuple[str, str], str], ...] = dataclasses.field(
+        default=(), repr=False
+    )
+
+    def with_options(self, options: Mapping[str, Any] | None = None, **kwargs: Any) -> BrokerConfig:
+        """A copy with options changed; ``listener.name.<name>.<option>`` keys set that
+        option for that listener (see :attr:`listener_overrides`)."""
+        from raystream.kafka.listeners import listener_option
+
+        merged = {**dict(options or {}), **kwargs}
+        overrides = dict(self.listener_overrides)
+        plain: dict[str, Any] = {}
+        for key, value in merged.items():
+            found = listener_option(key) if isinstance(key, str) else None
+            if found is None:
+                plain[key] = value
+            else:
+                overrides[found] = _coerce(key, value, "")
+        if overrides != dict(self.listener_overrides):
+            plain["listener_overrides"] = tuple(sorted(overrides.items()))
+        return super().with_options(plain)
+
+    def to_kafka(self) -> dict[str, Any]:
+        """The options under Kafka's dotted names, each listener override as its own
+        ``listener.name.<name>.<option>`` key."""
+        options = super().to_kafka()
+        del options["listener.overrides"]
+        for (name, option), value in self.listener_overrides:
+            options[f"listener.name.{name.lower()}.{option}"] = value
+        return options
+
+    def listener_option(self, listener: str, option: str) -> str:
+        """``option`` (one of :data:`~raystream.kafka.listeners.LISTENER_OPTIONS`) as
+        listener ``listener`` has it: its own ``listener.name.`` setting, else the
+        broker-wide one."""
+        for key, value in self.listener_overrides:
+            if key == (listener.upper(), option):
+                return value
+        return getattr(self, option.replace(".", "_"))
+
+    def tls_settings(self, listener: str) -> TlsSettings:
+        """The server TLS settings of listener ``listener`` (its overrides applied)."""
+        from raystream.security.tls import TlsSettings
+
+        def get(option: str) -> str:
+            return self.listener_option(listener, option)
+
+        return TlsSettings(
+            get("ssl.keystore.location"),
+            get("ssl.key.location"),
+            get("ssl.key.password"),
+            get("ssl.truststore.location"),
+            get("ssl.client.auth"),
+        )
+
+    def direct_listener(self) -> DirectListener:
+        """How actors serve the direct path: ``listener.host``, and with ``DIRECT:SSL``
+        in the protocol map, the server's TLS (no client certificates asked for) and
+        how clients check it (see the class doc)."""
+        from raystream.kafka.listeners import DIRECT_LISTENER, parse_protocol_map
+        from raystream.security.tls import ClientTlsSettings
+        from raystream.wire import DirectListener
+
+        protocol = parse_protocol_map(self.listener_security_protocol_map).get(
+            DIRECT_LISTENER, "PLAINTEXT"
+        )
+        if protocol != "SSL" or not self.listener_host:
+            return DirectListener(self.listener_host)
+        server = dataclasses.replace(
+            self.tls_settings(DIRECT_LISTENER), truststore_location="", client_auth="none"
+        )
+        client = ClientTlsSettings(
+            self.listener_option(DIRECT_LISTENER, "ssl.truststore.location"),
+            self.listener_option(DIRECT_LISTENER, "ssl.endpoint.identification.algorithm"),
+        )
+        return DirectListener(self.listener_host, server, client)
 
     def __post_init__(self) -> None:
         from raystream.errors import InvalidRequestError
@@ -239,6 +346,7 @@ class BrokerConfig(KafkaConfig):
             self.advertised_listeners, "advertised_listeners", self.listener_security_protocol_map
         )
         self._check_security({s.security_protocol for s in specs})
+        self._check_listener_tls(specs)
         for spec in advertised:
             require(
                 spec.protocol in bound,
@@ -275,9 +383,16 @@ class BrokerConfig(KafkaConfig):
         message names the key) rather than when a listener first starts."""
         from raystream.security.principal import parse_mapping_rules
         from raystream.security.sasl import OAUTHBEARER, parse_mechanisms
-        from raystream.security.tls import CLIENT_AUTH
+        from raystream.security.tls import CLIENT_AUTH, ENDPOINT_IDENTIFICATION
 
         parse_mapping_rules(self.ssl_principal_mapping_rules)
+        require(
+            self.ssl_endpoint_identification_algorithm in ENDPOINT_IDENTIFICATION,
+            "broker config",
+            "ssl_endpoint_identification_algorithm",
+            self.ssl_endpoint_identification_algorithm,
+            "expected 'https' (check the server's certificate names its host) or '' (do not)",
+        )
         require(
             self.ssl_client_auth in CLIENT_AUTH,
             "broker config",
@@ -293,14 +408,6 @@ class BrokerConfig(KafkaConfig):
             "must be >= 0 (0: no limit)",
         )
         mechanisms = parse_mechanisms(self.sasl_enabled_mechanisms)
-        if protocols & {"SSL", "SASL_SSL"}:
-            require(
-                bool(self.ssl_keystore_location),
-                "broker config",
-                "ssl_keystore_location",
-                self.ssl_keystore_location,
-                "is required by SSL and SASL_SSL listeners",
-            )
         if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
             require(
                 bool(mechanisms),
@@ -320,6 +427,90 @@ class BrokerConfig(KafkaConfig):
                     self.sasl_oauthbearer_jwks_endpoint_url,
                     "OAUTHBEARER needs a JWKS file (or sasl.oauthbearer.validator.class)",
                 )
+
+    def _check_listener_tls(self, specs: list[ListenerSpec]) -> None:
+        """Each listener's own TLS settings and the direct path's, checked now: the
+        overrides name listeners that exist and hold valid values, every TLS listener
+        has its certificate, and the direct path speaks what it can."""
+        from raystream.kafka.listeners import (
+            DIRECT_LISTENER,
+            DIRECT_PROTOCOLS,
+            LISTENER_OPTIONS,
+            TLS_PROTOCOLS,
+            parse_protocol_map,
+        )
+        from raystream.security.principal import parse_mapping_rules
+        from raystream.security.tls import CLIENT_AUTH, ClientTlsSettings
+
+        names = {s.name for s in specs} | {DIRECT_LISTENER}
+        for entry in self.listener_overrides:
+            try:
+                (name, option), value = entry
+            except (TypeError, ValueError):
+                raise InvalidConfigError(
+                    f"broker config listener_overrides entry {entry!r}: expected "
+                    "((listener name, option), value)"
+                ) from None
+            key = f"listener.name.{str(name).lower()}.{option}"
+            if option not in LISTENER_OPTIONS or not isinstance(value, str):
+                raise InvalidConfigError(
+                    f"broker config {key}={value!r}: expected a string value of one of "
+                    f"{', '.join(LISTENER_OPTIONS)}"
+                )
+            if name not in names:
+                raise InvalidConfigError(
+                    f"broker config {key}: listeners has no listener {name} (it has "
+                    f"{', '.join(sorted(names - {DIRECT_LISTENER})) or 'none'}; "
+                    f"{DIRECT_LISTENER.lower()} is the direct path)"
+                )
+            if option == "ssl.principal.mapping.rules":
+                parse_mapping_rules(value)
+        direct = parse_protocol_map(self.listener_security_protocol_map).get(
+            DIRECT_LISTENER, "PLAINTEXT"
+        )
+        require(
+            direct in DIRECT_PROTOCOLS,
+            "broker config",
+            "listener_security_protocol_map",
+            self.listener_security_protocol_map,
+            f"the direct path ({DIRECT_LISTENER}) speaks {' or '.join(DIRECT_PROTOCOLS)} "
+            "(its token authenticates callers, not SASL)",
+        )
+        require(
+            direct == "PLAINTEXT" or bool(self.listener_host),
+            "broker config",
+            "listener_security_protocol_map",
+            self.listener_security_protocol_map,
+            f"maps {DIRECT_LISTENER} to {direct}, but listener.host is empty (no direct path)",
+        )
+        overrides = dict(self.listener_overrides)
+        client_auth = overrides.get((DIRECT_LISTENER, "ssl.client.auth"), "none")
+        require(
+            client_auth == "none",
+            "broker config",
+            "listener.name.direct.ssl.client.auth",
+            client_auth,
+            "the direct path asks no client certificate (its token authenticates callers)",
+        )
+        tls_listeners = {s.name for s in specs if s.security_protocol in TLS_PROTOCOLS}
+        if direct == "SSL":
+            tls_listeners.add(DIRECT_LISTENER)
+        for name in sorted(tls_listeners | {name for name, _ in overrides}):
+            settings = self.tls_settings(name)
+            if name == DIRECT_LISTENER:  # the broker-wide ssl.client.auth is not its
+                settings = dataclasses.replace(settings, client_auth="none")
+            identification = self.listener_option(name, "ssl.endpoint.identification.algorithm")
+            try:
+                if name in tls_listeners:
+                    settings.check()
+                elif settings.client_auth not in CLIENT_AUTH:
+                    raise InvalidConfigError(
+                        f"ssl.client.auth={settings.client_auth!r}: expected one of "
+                        f"{', '.join(CLIENT_AUTH)}"
+                    )
+                ClientTlsSettings(endpoint_identification_algorithm=identification).check()
+            except InvalidConfigError as error:
+                raise InvalidConfigError(f"broker config, listener {name}: {error}") from None
 
 
 ACKS = {0: 0, 1: 1, -1: -1, "all": -1, "0": 0, "1": 1, "-1": -1}

@@ -56,6 +56,8 @@ exception here.
     │                                         names the request and the original error)
     ├── IllegalStateError                   (no Kafka code: client used out of order, e.g.
     │                                         after close)
+    ├── SslAuthenticationError              (no Kafka code, client side: a TLS handshake
+    │                                         with a raystream server failed)
     ├── RecordDeserializationError          (no Kafka code, client side: a deserializer
     │                                         raised on a record; the consumer stays at its
     │                                         offset)
@@ -251,6 +253,16 @@ class SaslAuthenticationError(RaystreamError):
     The message never carries the credentials."""
 
     code = 58
+
+
+class SslAuthenticationError(RaystreamError):
+    """A TLS handshake with a server failed: its certificate is not signed by a trusted
+    CA, does not name the host connected to, or the handshake broke off.
+
+    Kafka's ``SslAuthenticationException``: not retriable (the same certificate fails
+    again; a fixed one is picked up by the next connection). Raised on the client side
+    only; Kafka has no code for it (-1).
+    """
 
 
 class ResourceNotFoundError(RaystreamError):

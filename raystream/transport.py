@@ -39,7 +39,7 @@ from ray.exceptions import (
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.dispatch import HANDLE
-from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError
+from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError, SslAuthenticationError
 from raystream.java import provide_java
 from raystream.wire import Channel, Endpoint, settle
 
@@ -278,6 +278,9 @@ class _Routes:
                 route = Channel(endpoint, repr(actor), lambda ch: self._forget(actor, ch))
         except DEAD_ACTOR_ERRORS as error:
             failure = BrokerNotAvailableError(f"{actor!r} is gone: {error}")
+        except SslAuthenticationError as error:  # never a quiet way round TLS: fail, ask again
+            logger.error("direct path to %r: %s", actor, error)
+            failure = error
         except (OSError, RayError) as error:  # unreachable from here: Ray calls it is
             logger.info("no direct path to %r (%s): using Ray calls", actor, error)
         answers: list[tuple[Future | BaseException, Future]] = []

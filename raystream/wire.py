@@ -18,6 +18,17 @@ closes. Then both sides exchange frames: a header (call id, kind, body length, n
 of buffers, their lengths), a pickle (protocol 5) and its out-of-band buffers, so Arrow
 and numpy payloads cross without being copied into the pickle.
 
+TLS (optional, the broker's ``listener.security.protocol.map`` entry ``DIRECT:SSL``, see
+:meth:`raystream.config.BrokerConfig.direct_listener`): the server wraps its
+connections in TLS, and its endpoint tells clients how to check it (the truststore,
+and whether the certificate must name the endpoint's host: yes unless turned off). The
+token then travels inside TLS. A client whose check fails gets
+:class:`SslAuthenticationError`, never a plaintext connection. A client's TLS is
+an ``ssl.SSLObject`` over memory buffers rather than an ``SSLSocket``: a channel sends
+from its callers' threads while its reader thread receives, and an SSL object must not
+be used by two threads at once (:class:`_TlsLink` says how that is kept). Without
+TLS, frames go to the socket as before: no lock, buffer or copy is added.
+
 Requests on one connection start in the order they arrive (as an async actor starts
 its calls in the order one caller made them), and may finish in any order. A lost
 connection fails every call waiting on it with the retriable
@@ -28,11 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import itertools
 import pickle
 import secrets
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterable
@@ -40,7 +53,14 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
-from raystream.errors import BrokerNotAvailableError, InvalidRequestError, RaystreamError
+from raystream.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    RaystreamError,
+    SslAuthenticationError,
+)
+from raystream.security.tls import ClientTlsSettings, TlsSettings, client_context
 
 HELLO = b"RSW1"
 """The server's answer to a valid token: the connection is open for calls."""
@@ -49,17 +69,37 @@ CONNECT_TIMEOUT_S = 5.0
 _REQUEST, _ANSWER, _FAILURE = 0, 1, 2
 _HEADER = struct.Struct("<QBIH")  # call id, kind, body length, buffer count
 _LENGTH = struct.Struct("<Q")
+TLS_CHUNK_BYTES = 256 << 10
+"""Plaintext a TLS channel encrypts (or ciphertext it receives) per step: large
+payloads go out in pieces of this size rather than all encrypted in memory first."""
+TLS_SMALL_BYTES = 16 << 10
+"""Parts of a frame up to this size are joined before they are encrypted, so a small
+request is one TLS record (and one send), not one per part."""
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where an actor serves its direct path, the token that opens it, and the methods
-    it serves there (its other methods are Ray calls)."""
+    """Where an actor serves its direct path, the token that opens it, the methods it
+    serves there (its other methods are Ray calls), and, if it speaks TLS, how a client
+    checks its certificate (the host checked is :attr:`host`)."""
 
     host: str
     port: int
     token: bytes
     methods: frozenset[str]
+    tls: ClientTlsSettings | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DirectListener:
+    """How server actors offer their direct path, from the broker config
+    (:meth:`raystream.config.BrokerConfig.direct_listener`): the host to listen on
+    (``listener.host``: an address, ``node``, or empty for no direct path) and, for
+    TLS, the server's certificate settings and how clients are to check it."""
+
+    host: str
+    tls: TlsSettings | None = None
+    client_tls: ClientTlsSettings | None = None
 
 
 def _pickle(value: Any) -> tuple[bytes, list[memoryview]]:
@@ -83,11 +123,24 @@ def _sizes(lengths: bytes | bytearray) -> list[int]:
 
 
 class Server:
-    """Serves ``methods`` of ``target`` (coroutine methods) on the running event loop."""
+    """Serves ``methods`` of ``target`` (coroutine methods) on the running event loop.
 
-    def __init__(self, target: Any, methods: Iterable[str]) -> None:
+    With ``tls`` (a server context) every connection is TLS, and the endpoint tells
+    clients to check the server as ``client_tls`` says (by default: the system's CAs,
+    the host checked).
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        methods: Iterable[str],
+        tls: ssl.SSLContext | None = None,
+        client_tls: ClientTlsSettings | None = None,
+    ) -> None:
         self._target = target
         self._methods = frozenset(methods)
+        self._tls = tls
+        self._client_tls = (client_tls or ClientTlsSettings()) if tls is not None else None
         self._token = secrets.token_bytes(TOKEN_BYTES)
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -95,9 +148,9 @@ class Server:
 
     async def start(self, host: str) -> Endpoint:
         """Listen on ``host`` (an ephemeral port) and return the endpoint to hand out."""
-        self._server = await asyncio.start_server(self._serve, host, 0)
+        self._server = await asyncio.start_server(self._serve, host, 0, ssl=self._tls)
         port = self._server.sockets[0].getsockname()[1]
-        return Endpoint(host, port, self._token, self._methods)
+        return Endpoint(host, port, self._token, self._methods, self._client_tls)
 
     def close(self) -> None:
         """Stop listening and close the open connections (their callers' waiting calls
@@ -175,26 +228,41 @@ class Channel:
     ``call`` sends from the calling thread and returns a future; a reader thread
     completes the futures as answers arrive. ``on_close`` runs once when the
     connection is lost.
+
+    An endpoint with TLS is connected with TLS (see :class:`_TlsLink`), its certificate
+    checked as the endpoint says.
+
+    Raises:
+        OSError: the endpoint cannot be reached, or refused the token.
+        SslAuthenticationError: the TLS handshake failed (the certificate is not
+            trusted, or does not name the endpoint's host).
     """
 
     def __init__(self, endpoint: Endpoint, name: str, on_close: Callable[[Channel], None]) -> None:
         self.name = name
         self.methods = endpoint.methods
         self._on_close = on_close
+        where = f"{endpoint.host}:{endpoint.port}"
         sock = socket.create_connection((endpoint.host, endpoint.port), CONNECT_TIMEOUT_S)
+        self._send_lock = threading.Lock()  # one frame at a time on the socket
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.sendall(endpoint.token)
-            if bytes(_receive(sock, len(HELLO))) != HELLO:
-                raise ConnectionError(f"{endpoint.host}:{endpoint.port} refused the token")
+            if endpoint.tls is None:
+                self._send_parts = functools.partial(_send, sock)
+                self._receive = functools.partial(_receive, sock)
+            else:
+                link = _connect_tls(sock, endpoint.tls, endpoint.host, self._send_lock, where)
+                self._send_parts, self._receive = link.send, link.receive
+            self._send_parts([endpoint.token])
+            if bytes(self._receive(len(HELLO))) != HELLO:
+                raise ConnectionError(f"{where} refused the token")
             sock.settimeout(None)
         except BaseException:
             sock.close()
             raise
         self._sock = sock
         self._lock = threading.Lock()  # guards the calls waiting and the closed state
-        self._send_lock = threading.Lock()  # one frame at a time on the socket
         self._ids = itertools.count()
         self._pending: dict[int, Future] = {}
         self._closed: BaseException | None = None
@@ -212,7 +280,7 @@ class Channel:
                 call_id = next(self._ids)
                 self._pending[call_id] = future
             try:
-                _send(self._sock, [_header(call_id, _REQUEST, body, raws), body, *raws])
+                self._send_parts([_header(call_id, _REQUEST, body, raws), body, *raws])
                 return future
             except OSError as error:
                 failed = error
@@ -224,13 +292,13 @@ class Channel:
         self._fail(ConnectionAbortedError("closed by the client"))
 
     def _read(self) -> None:
-        sock = self._sock
+        receive = self._receive
         try:
             while True:
-                call_id, kind, size, count = _HEADER.unpack(_receive(sock, _HEADER.size))
-                lengths = _receive(sock, _LENGTH.size * count)
-                body = _receive(sock, size)
-                buffers = [_receive(sock, size) for size in _sizes(lengths)]
+                call_id, kind, size, count = _HEADER.unpack(receive(_HEADER.size))
+                lengths = receive(_LENGTH.size * count)
+                body = receive(size)
+                buffers = [receive(size) for size in _sizes(lengths)]
                 try:
                     value = pickle.loads(body, buffers=buffers)
                 except Exception as error:
@@ -295,4 +363,135 @@ def _send(sock: socket.socket, parts: list[Any]) -> None:
             views[0] = views[0][sent:]
 
 
-__all__ = ["HELLO", "Channel", "Endpoint", "Server", "settle"]
+# -------------------------------------------------------------------------- TLS
+
+
+def _connect_tls(
+    sock: socket.socket,
+    settings: ClientTlsSettings,
+    host: str,
+    send_lock: threading.Lock,
+    where: str,
+) -> _TlsLink:
+    """TLS over ``sock``, the server's certificate checked as ``settings`` say.
+
+    Raises:
+        SslAuthenticationError: the handshake failed or the client's own TLS settings
+            do not load (the message names the endpoint and why).
+    """
+    try:
+        context = client_context(settings)
+        return _TlsLink(sock, context, host, send_lock)
+    except (ssl.SSLError, InvalidConfigError) as error:
+        raise SslAuthenticationError(f"TLS with {where} failed: {error}") from None
+
+
+class _TlsLink:
+    """TLS over a blocking socket for a :class:`Channel`: senders in callers' threads
+    (one at a time, under the channel's send lock) and one reader thread.
+
+    The SSL object works on memory buffers (``ssl.MemoryBIO``), never on the socket,
+    and every use of it and its buffers is under ``_lock``, held only while it encrypts
+    or decrypts (never while the socket blocks). Ciphertext leaves in the order the SSL
+    object produced it: only a holder of the send lock takes it out of the outgoing
+    buffer and sends it before letting go, so the reader, when decrypting produced
+    bytes to send (a TLS 1.3 key update), takes the send lock to send them. Lock order
+    is send lock, then ``_lock``; the reader holds ``_lock`` alone or after the send
+    lock, so neither waits on the other in a circle.
+    """
+
+    def __init__(
+        self, sock: socket.socket, context: ssl.SSLContext, host: str, send_lock: threading.Lock
+    ) -> None:
+        self._sock = sock
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._in, self._out, server_hostname=host)
+        self._lock = threading.Lock()
+        self._send_lock = send_lock
+        self._raw = bytearray(TLS_CHUNK_BYTES)  # the reader's: ciphertext as received
+        self._handshake()
+
+    def _handshake(self) -> None:
+        """Run the handshake (before the reader thread starts: one thread only)."""
+        while True:
+            try:
+                self._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self._flush()
+                self._fill()
+        self._flush()
+
+    def send(self, parts: list[Any]) -> None:
+        """Encrypt and send every part (the caller holds the send lock)."""
+        small: list[memoryview] = []
+        joined = 0
+        for part in parts:
+            view = memoryview(part).cast("B")
+            if view.nbytes <= TLS_SMALL_BYTES:
+                small.append(view)
+                joined += view.nbytes
+                if joined < TLS_CHUNK_BYTES:
+                    continue
+            if small:
+                self._encrypt(b"".join(small))
+                small, joined = [], 0
+            if view.nbytes > TLS_SMALL_BYTES:
+                for start in range(0, view.nbytes, TLS_CHUNK_BYTES):
+                    self._encrypt(view[start : start + TLS_CHUNK_BYTES])
+        if small:
+            self._encrypt(b"".join(small))
+        self._flush()
+
+    def receive(self, size: int) -> bytearray:
+        """Exactly ``size`` bytes of plaintext (reader thread; ConnectionError if the
+        peer closes first)."""
+        data = bytearray(size)
+        view = memoryview(data)
+        got = 0
+        while got < size:
+            with self._lock:
+                try:
+                    count = self._tls.read(size - got, view[got:])
+                except ssl.SSLWantReadError:
+                    count = -1
+                except ssl.SSLZeroReturnError:
+                    count = 0
+                answer = self._out.pending
+            if answer:
+                with self._send_lock:
+                    self._flush()
+            if count == 0:
+                raise ConnectionResetError("the peer closed the connection")
+            if count > 0:
+                got += count
+            else:
+                self._fill()
+        return data
+
+    def _encrypt(self, data: Any) -> None:
+        with self._lock:
+            self._tls.write(data)
+            full = self._out.pending >= TLS_CHUNK_BYTES
+        if full:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Send the ciphertext waiting (the caller holds the send lock, or is the only
+        thread, in the handshake)."""
+        with self._lock:
+            data = self._out.read()
+        if data:
+            self._sock.sendall(data)
+
+    def _fill(self) -> None:
+        """Receive ciphertext for the SSL object (reader thread, or the handshake)."""
+        count = self._sock.recv_into(self._raw)
+        if count == 0:
+            raise ConnectionResetError("the peer closed the connection")
+        with self._lock:
+            self._in.write(memoryview(self._raw)[:count])
+
+
+__all__ = ["HELLO", "Channel", "DirectListener", "Endpoint", "Server", "settle"]

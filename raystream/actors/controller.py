@@ -1509,7 +1509,7 @@ class Controller:
             max_restarts=-1,
             num_cpus=0,
             get_if_exists=True,
-        ).remote(self.namespace, self.broker.listener_host, *args)
+        ).remote(self.namespace, self.broker.direct_listener(), *args)
 
     # --------------------------------------------------------- Kafka listeners
 

@@ -87,7 +87,7 @@ from raystream.requests import (
     TxnOffsetCheckRequest,
 )
 from raystream.types import TopicPartition
-from raystream.wire import Endpoint
+from raystream.wire import DirectListener, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -106,11 +106,12 @@ class GroupCoordinator:
 
     Args:
         namespace: the cluster's namespace (to find the controller).
-        listener_host: the broker's ``listener.host`` (see :class:`DirectPath`).
+        direct: the broker's direct path (``listener.host`` and its TLS, see
+            :class:`DirectPath`).
         partitions: how many partitions ``__consumer_offsets`` has.
     """
 
-    def __init__(self, namespace: str, listener_host: str, partitions: int) -> None:
+    def __init__(self, namespace: str, direct: DirectListener, partitions: int) -> None:
         self._namespace = namespace
         self._dispatcher = Dispatcher(
             "the group coordinator",
@@ -128,7 +129,7 @@ class GroupCoordinator:
                 DeleteGroupRequest: self._delete_group,
             },
         )
-        self._direct = DirectPath(self.handle, listener_host)
+        self._direct = DirectPath(self.handle, direct)
         self._partitions = partitions
         self._store = GroupStore()
         self._positions = [0] * partitions

@@ -5,19 +5,30 @@ serves one method there, ``handle(request)``, the same method Ray calls reach: a
 request takes the same dispatch path whichever way it came, and the direct path only
 says so in the request's context (listener ``direct``). Everything but requests (roles,
 admin, liveness) stays a Ray call.
+
+With TLS configured for the direct path (``DIRECT:SSL``, see
+:meth:`raystream.config.BrokerConfig.direct_listener`) the server speaks TLS with a
+live context (:class:`~raystream.security.tls.TlsConfig`: certificate files replaced on
+disk serve the next connection); a certificate that does not load is logged as an
+error and the endpoint call fails, so clients use Ray calls until it is fixed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
 
 from raystream.dispatch import DIRECT_CONTEXT, HANDLE, RequestContext
+from raystream.errors import InvalidConfigError
 from raystream.protocol import Response
-from raystream.wire import Endpoint, Server
+from raystream.security.tls import TlsConfig
+from raystream.wire import DirectListener, Endpoint, Server
+
+logger = logging.getLogger(__name__)
 
 NODE_ADDRESS = "node"
 """``listener.host`` value meaning the Ray node's own address."""
@@ -37,25 +48,42 @@ class _Requests:
 class DirectPath:
     """An actor's direct path: started on the first request for its endpoint.
 
-    ``handle`` is the actor's request method; ``listener_host`` is the broker's
-    ``listener.host``: an address, ``node``, or empty for none (every call then goes
-    through Ray).
+    ``handle`` is the actor's request method; ``listener`` the broker's direct path:
+    its host is ``listener.host``, an address, ``node``, or empty for none (every call
+    then goes through Ray).
     """
 
     def __init__(
         self,
         handle: Callable[[Any, RequestContext], Awaitable[Response]],
-        listener_host: str,
+        listener: DirectListener,
     ) -> None:
-        self._server = Server(_Requests(handle), (HANDLE,))
-        self._host = listener_host
+        self._handle = handle
+        self._listener = listener
         self._started: asyncio.Task | None = None
 
     async def endpoint(self) -> Endpoint | None:
-        """Where the actor listens, and its token; None without a listener host."""
-        if not self._host:
+        """Where the actor listens, its token and TLS; None without a listener host.
+
+        Raises:
+            InvalidConfigError: the direct path's certificate does not load.
+        """
+        if not self._listener.host:
             return None
         if self._started is None:
-            host = ray.util.get_node_ip_address() if self._host == NODE_ADDRESS else self._host
-            self._started = asyncio.get_running_loop().create_task(self._server.start(host))
+            self._started = asyncio.get_running_loop().create_task(self._start())
         return await self._started
+
+    async def _start(self) -> Endpoint:
+        listener = self._listener
+        context = None
+        if listener.tls is not None:
+            try:  # the context's handshake callback keeps its TlsConfig alive
+                context = TlsConfig(listener.tls).context
+            except InvalidConfigError as error:
+                logger.error("direct path: TLS certificate does not load: %s", error)
+                self._started = None  # asked again, it tries again (a fixed file)
+                raise
+        server = Server(_Requests(self._handle), (HANDLE,), context, listener.client_tls)
+        host = ray.util.get_node_ip_address() if listener.host == NODE_ADDRESS else listener.host
+        return await server.start(host)

@@ -19,7 +19,8 @@ a poll that finds nothing new is one small call; a change is in force on every l
 within that interval plus a call.
 
 Security: ``SSL`` and ``SASL_SSL`` listeners serve TLS (:mod:`raystream.security.tls`,
-reloaded when the certificate files change, or on :meth:`KafkaListener.reload_tls`);
+each with its own ``listener.name.<name>.ssl.*`` settings where given, reloaded when the
+certificate files change, or on :meth:`KafkaListener.reload_tls`);
 ``SASL_*`` listeners authenticate (:mod:`raystream.security.sasl`) against the SCRAM
 credentials the controller keeps, cached here and refreshed at each SASL handshake
 when older than :data:`CREDENTIALS_TTL_S` (one cheap call answering "unchanged").
@@ -62,7 +63,7 @@ from raystream.security.principal import certificate_principal, parse_mapping_ru
 from raystream.security.quotas import QuotaManager
 from raystream.security.sasl import OAUTHBEARER, SaslSession, parse_mechanisms
 from raystream.security.scram import CredentialStore, ScramCredential
-from raystream.security.tls import TlsConfig, TlsSettings
+from raystream.security.tls import TlsConfig
 from raystream.transport import CALL_ERRORS, send
 
 logger = logging.getLogger(__name__)
@@ -166,18 +167,12 @@ class KafkaListener:
         config = self._config
         tls = sasl = cert_principal = None
         if spec.security_protocol in TLS_PROTOCOLS:
-            live = TlsConfig(
-                TlsSettings(
-                    config.ssl_keystore_location,
-                    config.ssl_key_location,
-                    config.ssl_key_password,
-                    config.ssl_truststore_location,
-                    config.ssl_client_auth,
-                )
-            )
+            live = TlsConfig(config.tls_settings(spec.name))
             self._tls.append(live)
             tls = live.context
-            rules = parse_mapping_rules(config.ssl_principal_mapping_rules)
+            rules = parse_mapping_rules(
+                config.listener_option(spec.name, "ssl.principal.mapping.rules")
+            )
 
             def cert_principal(der: bytes) -> str:
                 return certificate_principal(subject_dn(der), rules)

@@ -258,7 +258,7 @@ class PartitionReplica:
                 DeleteRecordsRequest: self._delete_records,
             },
         )
-        self._direct = DirectPath(self.handle, self.broker.listener_host)
+        self._direct = DirectPath(self.handle, self.broker.direct_listener())
 
     async def handle(self, request: Any, context: RequestContext = RAY_CONTEXT) -> Response:
         """Answer a data-plane request (:mod:`raystream.requests`) through the replica's

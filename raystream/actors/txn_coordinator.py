@@ -111,7 +111,7 @@ from raystream.transactions.state_topic import (
     transaction_record,
 )
 from raystream.types import TopicPartition
-from raystream.wire import Endpoint
+from raystream.wire import DirectListener, Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,8 @@ class TransactionCoordinator:
 
     Args:
         namespace: the cluster's namespace (to find the controller).
-        listener_host: the broker's ``listener.host`` (see :class:`DirectPath`).
+        direct: the broker's direct path (``listener.host`` and its TLS, see
+            :class:`DirectPath`).
         partitions: how many partitions ``__transaction_state`` has.
         offsets_partitions: how many partitions ``__consumer_offsets`` has.
         abort_check_interval_ms: how often timed-out transactions are looked for.
@@ -140,7 +141,7 @@ class TransactionCoordinator:
     def __init__(
         self,
         namespace: str,
-        listener_host: str,
+        direct: DirectListener,
         partitions: int,
         offsets_partitions: int,
         abort_check_interval_ms: int,
@@ -156,7 +157,7 @@ class TransactionCoordinator:
                 DescribeTransactionRequest: self._describe,
             },
         )
-        self._direct = DirectPath(self.handle, listener_host)
+        self._direct = DirectPath(self.handle, direct)
         self._partitions = partitions
         self._offsets_partitions = offsets_partitions
         self._abort_check_s = abort_check_interval_ms / 1000

@@ -9,6 +9,14 @@ names are unique. The host may be an address, empty or
 Port 0 takes a free port (the bound one is advertised), which lets several Ray nodes
 on one machine (tests) each run a listener.
 
+Kafka's per-listener settings: ``listener.name.<name>.<option>`` (the name in lower
+case, as Kafka writes it) sets one of :data:`LISTENER_OPTIONS` for that listener only,
+over the broker-wide option (each option falls back on its own), so two SSL listeners
+can show different certificates. The name :data:`DIRECT_LISTENER` is the direct path
+(raystream's own socket path, ``listener.host``): ``listener.security.protocol.map``
+may map it to SSL, and ``listener.name.direct.*`` sets its TLS; no Kafka listener may
+take that name.
+
 ``advertised.listeners`` (optional) says what Metadata responses tell clients to
 connect to, for NAT or a load balancer in front; by default each listener advertises
 the address it bound, ``0.0.0.0`` and ``node`` advertised as the node's address.
@@ -29,6 +37,22 @@ TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
 NODE_HOST = "node"
 ANY_HOSTS = ("", "0.0.0.0")
+DIRECT_LISTENER = "DIRECT"
+"""The direct path's listener name (``DIRECT:SSL``, ``listener.name.direct.*``)."""
+DIRECT_PROTOCOLS = ("PLAINTEXT", "SSL")
+"""What the direct path can speak (its callers prove themselves with its token, not
+SASL)."""
+LISTENER_OPTIONS = (
+    "ssl.keystore.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.truststore.location",
+    "ssl.client.auth",
+    "ssl.principal.mapping.rules",
+    "ssl.endpoint.identification.algorithm",
+)
+"""The broker options a listener can set for itself as ``listener.name.<name>.<option>``."""
+_LISTENER_PREFIX = "listener.name."
 
 _LISTENER = re.compile(
     r"^(?P<protocol>[A-Za-z_]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)$"
@@ -84,6 +108,37 @@ def parse_protocol_map(
     return mapping
 
 
+def listener_option(key: str) -> tuple[str, str] | None:
+    """The (listener name in upper case, dotted option) a ``listener.name.<name>.<option>``
+    key sets, or None for a key of another form. The snake_case spelling
+    (``listener_name_external_ssl_keystore_location``) is accepted too.
+
+    Example:
+        >>> listener_option("listener.name.external.ssl.keystore.location")
+        ('EXTERNAL', 'ssl.keystore.location')
+
+    Raises:
+        InvalidConfigError: the key has the form but no listener name, or an option a
+            listener cannot set (the message names the key and lists those it can).
+    """
+    snake = key.replace(".", "_")
+    if not snake.startswith(_LISTENER_PREFIX.replace(".", "_")):
+        return None
+    if key.startswith(_LISTENER_PREFIX):
+        name, _, option = key[len(_LISTENER_PREFIX) :].partition(".")
+    else:
+        rest = snake[len(_LISTENER_PREFIX) :]
+        found = [o for o in LISTENER_OPTIONS if rest.endswith("_" + o.replace(".", "_"))]
+        option = found[0] if found else ""
+        name = rest[: -len(option) - 1] if found else ""
+    if not name or option not in LISTENER_OPTIONS:
+        raise InvalidConfigError(
+            f"config {key!r}: expected listener.name.<listener>.<option>, the option one of "
+            f"{', '.join(LISTENER_OPTIONS)}"
+        )
+    return name.upper(), option
+
+
 def parse_listeners(
     text: str, setting: str = "listeners", protocol_map: str = ""
 ) -> list[ListenerSpec]:
@@ -106,6 +161,11 @@ def parse_listeners(
                 f"{setting} entry {entry!r} is not PROTOCOL://host:port (e.g. PLAINTEXT://:9092)"
             )
         protocol = match["protocol"].upper()
+        if protocol == DIRECT_LISTENER:
+            raise InvalidConfigError(
+                f"{setting} entry {entry!r}: the name {DIRECT_LISTENER} is the direct path's "
+                "(listener.host); give the Kafka listener another name"
+            )
         security = mapping.get(protocol, protocol)
         if security not in PROTOCOLS:
             raise InvalidConfigError(
