@@ -385,7 +385,7 @@ WIDE = 16
 
 @pytest.mark.slow
 def test_a_wide_topic_shows_its_progress_and_takes_every_record_back(cli, capsys, read_all) -> None:
-    """Forty partitions: enough for several progress lines at Ray's start-up window (four
+    """Sixteen partitions: enough for several progress lines at Ray's start-up window (four
     workers per core here); issue 17's 100-partition figures are bench_scale's."""
     assert cli("topics", "create", "wide", "--partitions", str(WIDE)) == 0
     captured = capsys.readouterr()
