@@ -4,8 +4,9 @@
 (``clusters``, ``<alias>.bootstrap.servers`` or ``<alias>.raystream.namespace``,
 ``<src>-><dst>.enabled``, ``topics``, ``groups``, ``replication.policy.class``,
 ``sync.group.offsets.enabled``, ``emit.heartbeats.enabled`` ...), starts each enabled
-flow in its own actor in the target's namespace, and stays in the foreground printing
-each flow's lag until interrupted, when it stops them, as MM2's
+flow in its own actor (in the target's namespace when the target is a raystream
+cluster, else in the source's, else in the CLI's ``--namespace``), and stays in the
+foreground printing each flow's lag until interrupted, when it stops them, as MM2's
 ``connect-mirror-maker.sh`` does; ``--detach`` leaves them running instead.
 ``raystream mirror status`` shows every running flow of the Ray cluster (state,
 records mirrored, lag per partition); ``raystream mirror stop [FLOW]`` stops them.
@@ -103,8 +104,8 @@ def format_status(flows: list[dict[str, Any]]) -> str:
 
 
 def mirror(args: argparse.Namespace, cluster: Any) -> int:
-    """Run ``raystream mirror``; ``cluster`` is the CLI's attached cluster (it only
-    joins this process to Ray: each flow's target comes from the file)."""
+    """Run ``raystream mirror``; ``cluster`` is the CLI's attached cluster (it joins
+    this process to Ray, and runs the flows between two Kafka-protocol clusters)."""
     if args.action == "status":
         flows = statuses()
         print(json.dumps(flows, indent=2) if args.output == "json" else format_status(flows))
@@ -113,10 +114,10 @@ def mirror(args: argparse.Namespace, cluster: Any) -> int:
         return _stop(args.flow)
     if not args.config:
         raise RaystreamError("raystream mirror needs --config FILE (a MirrorMaker 2 file)")
-    return _start(args)
+    return _start(args, cluster)
 
 
-def _start(args: argparse.Namespace) -> int:
+def _start(args: argparse.Namespace, cluster: Any) -> int:
     from raystream.mirror.clusters import RaystreamCluster
     from raystream.mirror.config import flows_from_properties, parse_properties
     from raystream.mirror.maker import MirrorMaker
@@ -128,8 +129,11 @@ def _start(args: argparse.Namespace) -> int:
         raise RaystreamError(f"--config {args.config}: {error.strerror}") from None
     makers = []
     for flow in flows_from_properties(parse_properties(text)):
-        target = RaystreamCluster.attach(flow.target).cluster
-        maker = MirrorMaker.from_flow(target, flow, detached=True)
+        home = next((s for s in (flow.target, flow.source) if s.is_raystream), None)
+        host = RaystreamCluster.attach(home).cluster if home is not None else cluster
+        if host is None:
+            raise RaystreamError(f"flow {flow.name}: no raystream cluster to run it in")
+        maker = MirrorMaker.from_flow(host, flow, detached=True)
         maker.start()
         makers.append(maker)
         print(f"started {flow.name}")

@@ -1,23 +1,28 @@
-"""The clusters MirrorMaker reads from and writes to, behind one small interface.
+"""The clusters MirrorMaker reads from and writes to, behind two small interfaces.
 
-A source is either another raystream cluster (a namespace on this process's Ray,
-through raystream's own clients) or any Kafka-protocol cluster (Apache Kafka, Tansu,
-or a raystream on another Ray cluster through its Kafka listener) through
-confluent-kafka with the user's client properties: TLS and SASL settings pass through
-as librdkafka reads them, and TLS hostname verification stays on
-(:class:`~raystream.mirror.config.ClusterSpec` refuses to turn it off).
+A cluster is either another raystream cluster (a namespace on this process's Ray,
+through raystream's own clients: :class:`RaystreamCluster`) or any Kafka-protocol
+cluster (Apache Kafka, Tansu, or a raystream on another Ray cluster through its Kafka
+listener) through confluent-kafka with the user's client properties
+(:class:`~raystream.mirror.kafka_cluster.KafkaCluster`): TLS and SASL settings pass
+through as librdkafka reads them, and TLS hostname verification stays on
+(:class:`~raystream.mirror.config.ClusterSpec` refuses to turn it off). Either kind is
+a :class:`SourceCluster` and a :class:`TargetCluster`, so a flow may go both ways.
 
 Reads come back as one Arrow table in the consumer's columnar layout (topic,
 partition, offset, timestamp, key, value, headers), whichever client fetched them, so
-the source task works on tables only. The target is a raystream cluster
-(:class:`RaystreamCluster`), which also creates remote topics, follows partition
-counts and configs, and takes synced group offsets.
+the source task works on tables only. Writes go through a :class:`Writer`, which takes
+one Arrow table per remote partition and tells through a :class:`Delivery` where its
+first and last rows landed (the offset syncs need it); transactional writers put the
+records and the flow's source offsets in one transaction of the target.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +31,6 @@ from raystream.errors import (
     ConnectError,
     GroupIdNotFoundError,
     NonEmptyGroupError,
-    RetriableConnectError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -47,7 +51,7 @@ CONFIGS_NOT_SYNCED = frozenset(
         "leader.replication.throttled.replicas",
     }
 )
-KAFKA_TIMEOUT_S = 15.0
+READ_TIMEOUT_S = 60.0
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 READ_SCHEMA = pa.schema(
@@ -64,11 +68,12 @@ READ_SCHEMA = pa.schema(
 
 
 def synced_configs(config: Mapping[str, Any]) -> dict[str, str]:
-    """The part of a source topic's config the remote topic follows."""
+    """The part of a source topic's config the remote topic follows (MM2's filter; the
+    target keeps what it knows of it)."""
     return {
         key: str(value).lower() if isinstance(value, bool) else str(value)
         for key, value in config.items()
-        if key in TOPIC_CONFIG_KEYS and key not in CONFIGS_NOT_SYNCED and value is not None
+        if key not in CONFIGS_NOT_SYNCED and value is not None
     }
 
 
@@ -88,6 +93,10 @@ class SourceCluster:
         """The topic's non-default configs that a remote topic should follow."""
         raise NotImplementedError
 
+    def topic_schema(self, topic: str) -> pa.Schema | None:
+        """A typed topic's value schema (None for a byte topic, and on Kafka)."""
+        return None
+
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         raise NotImplementedError
 
@@ -105,6 +114,57 @@ class SourceCluster:
         """Release clients."""
 
 
+class TargetCluster:
+    """What MirrorMaker does to a target: remote and internal topics kept in shape,
+    records written, group offsets synced into groups that are not consuming there."""
+
+    alias: str
+
+    def list_topics(self) -> list[str]:
+        raise NotImplementedError
+
+    def ensure_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, str],
+        replication_factor: int | None = None,
+        schema: pa.Schema | None = None,
+    ) -> bool:
+        """Create ``name`` (or add partitions up to ``partitions``); True if it changed."""
+        raise NotImplementedError
+
+    def alter_config(self, name: str, config: Mapping[str, str]) -> bool:
+        """Set the keys of ``config`` whose values differ; True if any did."""
+        raise NotImplementedError
+
+    def group_is_active(self, group: str) -> bool:
+        """Whether the group has members now (their commits would win over a sync)."""
+        raise NotImplementedError
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, int]:
+        raise NotImplementedError
+
+    def set_group_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> bool:
+        """Commit ``offsets`` for an inactive group; False if it has members (MM2 only
+        syncs groups that are not consuming on the target)."""
+        raise NotImplementedError
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        raise NotImplementedError
+
+    def writer(self, transactional_id: str | None = None) -> Writer:
+        """A writer of this cluster (transactional with ``transactional_id``)."""
+        raise NotImplementedError
+
+    def reader(self) -> Reader:
+        """A read_committed reader (internal topics: offsets, offset syncs, checkpoints)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release clients."""
+
+
 class Reader:
     """Reads assigned partitions from given positions, as Arrow tables."""
 
@@ -116,21 +176,134 @@ class Reader:
         """Records read since the last call, in :data:`READ_SCHEMA`'s layout."""
         raise NotImplementedError
 
+    def position(self, tp: TopicPartition) -> int:
+        """The next offset to read of ``tp`` (past transaction markers); -1 before the
+        first fetch told it."""
+        raise NotImplementedError
+
     def close(self) -> None:
         raise NotImplementedError
 
 
-def open_cluster(spec: ClusterSpec) -> SourceCluster:
-    """The adapter for ``spec``: :class:`RaystreamCluster` or :class:`KafkaCluster`."""
+@dataclass
+class Delivery:
+    """Where a batch of ``rows`` rows landed: the offsets of its first and last rows,
+    known once the writer's :meth:`Writer.settle` returned (``last_offset`` stays None
+    where the writer vouches that a batch's rows land at consecutive offsets)."""
+
+    rows: int
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+    def consecutive(self) -> bool:
+        """Whether the rows are known (or vouched) to sit at consecutive offsets."""
+        return self.last_offset is None or self.last_offset - (self.first_offset or 0) == (
+            self.rows - 1
+        )
+
+
+class Writer:
+    """Writes MirrorMaker's batches and small records to a target.
+
+    A round: ``send_batch`` per remote partition, ``settle`` (every batch acknowledged
+    and its delivery known, or an error), then the source offsets with ``send`` and,
+    for a transactional writer, ``commit_transaction``.
+    """
+
+    def init_transactions(self) -> None:
+        """Fence older writers of the transactional id; abort what they left open."""
+        raise NotImplementedError
+
+    def begin_transaction(self) -> None:
+        raise NotImplementedError
+
+    def commit_transaction(self) -> None:
+        raise NotImplementedError
+
+    def abort_transaction(self) -> None:
+        raise NotImplementedError
+
+    def send_batch(self, topic: str, partition: int, table: pa.Table) -> Delivery:
+        """Write ``table`` (columns timestamp, key, value or a typed topic's columns,
+        headers) to ``topic``'s ``partition``, rows in order."""
+        raise NotImplementedError
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Buffer one small record (an offset, a sync, a checkpoint, a heartbeat)."""
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        """Return once every batch sent is acknowledged and its :class:`Delivery` known.
+
+        Raises:
+            RetriableConnectError: a row was not written (the round must be read again).
+        """
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Return once everything buffered is written."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def open_cluster(spec: ClusterSpec) -> RaystreamCluster | Any:
+    """The adapter for ``spec``: :class:`RaystreamCluster` or
+    :class:`~raystream.mirror.kafka_cluster.KafkaCluster` (both a source and a target)."""
     if spec.is_raystream:
         return RaystreamCluster.attach(spec)
+    from raystream.mirror.kafka_cluster import KafkaCluster
+
     return KafkaCluster(spec)
+
+
+def read_records(
+    cluster: SourceCluster | TargetCluster, topic: str, timeout_s: float = READ_TIMEOUT_S
+) -> list[tuple[bytes | None, bytes | None]]:
+    """``(key, value)`` of every committed record of ``topic``'s partition 0, up to its
+    end now ([] if the topic does not exist): how the offsets, offset-syncs and
+    checkpoints topics are read back.
+
+    Raises:
+        ConnectError: the end was not reached within ``timeout_s`` (an open
+            transaction of another writer holds it back).
+    """
+    if topic not in cluster.list_topics():
+        return []
+    tp = TopicPartition(topic, 0)
+    end = cluster.end_offsets([tp])[tp]
+    found: list[tuple[bytes | None, bytes | None]] = []
+    if end <= 0:
+        return found
+    reader = cluster.reader()
+    try:
+        reader.assign({tp: None})
+        deadline = time.monotonic() + timeout_s
+        while reader.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise ConnectError(f"reading {topic} stalled at offset {reader.position(tp)}")
+            table = reader.poll(100_000, 0.2)
+            found += zip(
+                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
+            )
+    finally:
+        reader.close()
+    return found
 
 
 # ------------------------------------------------------------------ raystream
 
 
-class RaystreamCluster(SourceCluster):
+class RaystreamCluster(SourceCluster, TargetCluster):
     """A raystream cluster, through raystream's clients (source and target)."""
 
     def __init__(self, alias: str, cluster: Any) -> None:
@@ -171,7 +344,6 @@ class RaystreamCluster(SourceCluster):
         return synced_configs(self.admin.describe_topic(topic).config)
 
     def topic_schema(self, topic: str) -> pa.Schema | None:
-        """A typed topic's value schema (None for a byte topic)."""
         return self.admin.describe_topic(topic).schema
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
@@ -192,15 +364,12 @@ class RaystreamCluster(SourceCluster):
             return {}
 
     def group_is_active(self, group: str) -> bool:
-        """Whether the group has members now (their commits would win over a sync)."""
         try:
             return bool(self.admin.describe_group(group).members)
         except GroupIdNotFoundError:
             return False
 
     def set_group_offsets(self, group: str, offsets: Mapping[TopicPartition, int]) -> bool:
-        """Commit ``offsets`` for an inactive group; False if it has members (MM2 only
-        syncs groups that are not consuming on the target)."""
         by_topic: dict[str, dict[int, int]] = {}
         for tp, offset in offsets.items():
             by_topic.setdefault(tp.topic, {})[tp.partition] = offset
@@ -219,13 +388,14 @@ class RaystreamCluster(SourceCluster):
         replication_factor: int | None = None,
         schema: pa.Schema | None = None,
     ) -> bool:
-        """Create ``name`` (or add partitions up to ``partitions``); True if it changed."""
+        """As :meth:`TargetCluster.ensure_topic`; keys raystream does not know (a Kafka
+        source's broker-specific configs) are left out."""
         try:
             current = len(self.admin.describe_topic(name).partitions)
         except UnknownTopicOrPartitionError:
             try:
                 self.admin.create_topic(
-                    name, partitions, replication_factor, config=dict(config), schema=schema
+                    name, partitions, replication_factor, config=_known(config), schema=schema
                 )
             except TopicAlreadyExistsError:
                 return False
@@ -236,12 +406,14 @@ class RaystreamCluster(SourceCluster):
         return False
 
     def alter_config(self, name: str, config: Mapping[str, str]) -> bool:
-        """Set the keys of ``config`` whose values differ; True if any did."""
         current = synced_configs(self.admin.describe_topic(name).config)
-        changed = {k: v for k, v in config.items() if current.get(k) != v}
+        changed = {k: v for k, v in _known(config).items() if current.get(k) != v}
         if changed:
             self.admin.alter_topic_config(name, changed)
         return bool(changed)
+
+    def writer(self, transactional_id: str | None = None) -> Writer:
+        return RaystreamWriter(self.cluster, transactional_id)
 
     def reader(self) -> Reader:
         return _RaystreamReader(self.cluster)
@@ -251,6 +423,10 @@ class RaystreamCluster(SourceCluster):
             self._offsets_reader.close()
             self._offsets_reader = None
         self.admin.close()
+
+
+def _known(config: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in config.items() if k in TOPIC_CONFIG_KEYS}
 
 
 class _RaystreamReader(Reader):
@@ -272,163 +448,66 @@ class _RaystreamReader(Reader):
             return READ_SCHEMA.empty_table()
         return self.consumer.poll_arrow(timeout_ms=timeout_s * 1000, max_records=max_records)
 
+    def position(self, tp: TopicPartition) -> int:
+        return self.consumer.position(tp)
+
     def close(self) -> None:
         self.consumer.close(autocommit=False)
 
 
-# ------------------------------------------------------------------ Kafka protocol
+class RaystreamWriter(Writer):
+    """raystream's producer (acks=all; idempotent, and transactional when asked).
 
-
-class KafkaCluster(SourceCluster):
-    """Any Kafka-protocol cluster, through confluent-kafka (librdkafka).
-
-    ``spec.kafka`` are librdkafka properties (``bootstrap.servers``, ``security.protocol``,
-    ``ssl.ca.location``, ``sasl.mechanism``, ``sasl.username``, ...), passed as given.
+    ``send_batch`` returns once the batch is acknowledged, so ``settle`` has nothing to
+    wait for; a batch's rows land at consecutive offsets (one writer per remote topic).
     """
 
-    def __init__(self, spec: ClusterSpec) -> None:
-        from confluent_kafka.admin import AdminClient
+    def __init__(self, cluster: Any, transactional_id: str | None) -> None:
+        options: dict[str, Any] = {"linger_ms": 5, "acks": "all"}
+        if transactional_id is not None:
+            options["transactional_id"] = transactional_id
+        self.producer = cluster.producer(**options)
 
-        self.alias = spec.alias
-        self.properties = dict(spec.kafka)
-        self.properties.setdefault("ssl.endpoint.identification.algorithm", "https")
-        self.admin = AdminClient(self.properties)
-        self._meta_consumer: Any = None
+    def init_transactions(self) -> None:
+        self.producer.init_transactions()
 
-    def _metadata(self) -> Any:
-        try:
-            return self.admin.list_topics(timeout=KAFKA_TIMEOUT_S)
-        except Exception as error:  # confluent's KafkaException: the cluster is unreachable
-            raise RetriableConnectError(f"cluster {self.alias!r}: metadata: {error}") from None
+    def begin_transaction(self) -> None:
+        self.producer.begin_transaction()
 
-    def list_topics(self) -> list[str]:
-        return sorted(self._metadata().topics)
+    def commit_transaction(self) -> None:
+        self.producer.commit_transaction()
 
-    def partitions(self, topic: str) -> int:
-        found = self._metadata().topics.get(topic)
-        if found is None or found.error is not None:
-            raise UnknownTopicOrPartitionError(f"cluster {self.alias!r} has no topic {topic!r}")
-        return len(found.partitions)
+    def abort_transaction(self) -> None:
+        self.producer.abort_transaction()
 
-    def topic_config(self, topic: str) -> dict[str, str]:
-        from confluent_kafka.admin import ConfigResource
+    def send_batch(self, topic: str, partition: int, table: pa.Table) -> Delivery:
+        metadata = self.producer.send_batch(topic, table, partition=partition)
+        first = metadata[0].offset if metadata and metadata[0].offset >= 0 else None
+        return Delivery(table.num_rows, first)
 
-        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-        try:
-            entries = self.admin.describe_configs([resource])[resource].result(
-                timeout=KAFKA_TIMEOUT_S
-            )
-        except Exception:  # a broker without DescribeConfigs (some Kafka-protocol peers)
-            return {}
-        return synced_configs(
-            {name: e.value for name, e in entries.items() if not e.is_default and e.value}
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
+        self.producer.send(
+            topic,
+            value=value,
+            key=key,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+            headers=list(headers) if headers else None,
         )
 
-    def end_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        from confluent_kafka import TopicPartition as KafkaTP
+    def settle(self) -> None:
+        pass
 
-        if self._meta_consumer is None:
-            self._meta_consumer = _kafka_consumer(self.properties)
-        ends = {}
-        for tp in tps:
-            try:
-                _, high = self._meta_consumer.get_watermark_offsets(
-                    KafkaTP(tp.topic, tp.partition), timeout=KAFKA_TIMEOUT_S
-                )
-            except Exception as error:
-                raise RetriableConnectError(f"cluster {self.alias!r}: offsets: {error}") from None
-            ends[tp] = high
-        return ends
-
-    def group_ids(self) -> list[str]:
-        try:
-            listed = self.admin.list_consumer_groups().result(timeout=KAFKA_TIMEOUT_S)
-        except Exception as error:
-            raise RetriableConnectError(f"cluster {self.alias!r}: groups: {error}") from None
-        return sorted(g.group_id for g in listed.valid)
-
-    def group_offsets(self, group: str) -> dict[TopicPartition, int]:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
-        request = [ConsumerGroupTopicPartitions(group)]
-        try:
-            found = self.admin.list_consumer_group_offsets(request)[group].result(
-                timeout=KAFKA_TIMEOUT_S
-            )
-        except Exception:
-            return {}
-        return {
-            TopicPartition(tp.topic, tp.partition): tp.offset
-            for tp in found.topic_partitions
-            if tp.offset >= 0 and tp.error is None
-        }
-
-    def reader(self) -> Reader:
-        return _KafkaReader(self.properties)
+    def flush(self) -> None:
+        self.producer.flush()
 
     def close(self) -> None:
-        if self._meta_consumer is not None:
-            self._meta_consumer.close()
-            self._meta_consumer = None
-
-
-def _kafka_consumer(properties: Mapping[str, str]) -> Any:
-    from confluent_kafka import Consumer
-
-    config: dict[str, Any] = {
-        "group.id": "raystream-mirror",  # never joins nor commits: partitions are assigned
-        "enable.auto.commit": False,
-        "enable.partition.eof": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 50,
-        "fetch.queue.backoff.ms": 10,
-    }
-    config.update(properties)
-    return Consumer(config)
-
-
-class _KafkaReader(Reader):
-    def __init__(self, properties: Mapping[str, str]) -> None:
-        self.consumer = _kafka_consumer(properties)
-        self.assigned = False
-
-    def assign(self, positions: Mapping[TopicPartition, int | None]) -> None:
-        from confluent_kafka import OFFSET_BEGINNING
-        from confluent_kafka import TopicPartition as KafkaTP
-
-        self.consumer.assign(
-            [
-                KafkaTP(tp.topic, tp.partition, OFFSET_BEGINNING if offset is None else offset)
-                for tp, offset in positions.items()
-            ]
-        )
-        self.assigned = bool(positions)
-
-    def poll(self, max_records: int, timeout_s: float) -> pa.Table:
-        """One ``consume`` call's records as a table (librdkafka hands out messages one
-        by one; this is the one per-record loop of the mirror, on the source's side)."""
-        if not self.assigned:
-            return READ_SCHEMA.empty_table()
-        messages = self.consumer.consume(num_messages=max_records, timeout=timeout_s)
-        topics, partitions, offsets, timestamps, keys, values, headers = [], [], [], [], [], [], []
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.retriable() or not error.fatal():
-                    continue
-                raise ConnectError(f"reading {message.topic()}: {error}")
-            topics.append(message.topic())
-            partitions.append(message.partition())
-            offsets.append(message.offset())
-            timestamps.append(message.timestamp()[1])
-            keys.append(message.key())
-            values.append(message.value())
-            found = message.headers()
-            headers.append([{"key": k, "value": v} for k, v in found] if found else [])
-        return pa.table(
-            [topics, partitions, offsets, timestamps, keys, values, headers], schema=READ_SCHEMA
-        )
-
-    def close(self) -> None:
-        self.consumer.close()
+        self.producer.close()

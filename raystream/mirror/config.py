@@ -189,12 +189,6 @@ class FlowSettings:
     def __post_init__(self) -> None:
         if self.source.alias == self.target.alias:
             raise InvalidConfigError(f"flow {self.name}: source and target are the same alias")
-        if not self.target.is_raystream:
-            raise InvalidConfigError(
-                f"flow {self.name}: the target {self.target.alias!r} must be a raystream "
-                f"cluster ({self.target.alias}.raystream.namespace); mirror from raystream "
-                "into Kafka with a flow whose source is the raystream cluster's Kafka peer"
-            )
         TopicFilter(self.topics, self.topics_exclude)  # validates the regexes
         TopicFilter(self.groups, self.groups_exclude)
         self.policy()

@@ -38,10 +38,10 @@ import pyarrow.compute as pc
 
 from raystream.connectors.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
 from raystream.errors import ConnectError, RaystreamError
-from raystream.mirror.clusters import RaystreamCluster, SourceCluster, open_cluster
+from raystream.mirror.clusters import Delivery, SourceCluster, TargetCluster, open_cluster
 from raystream.mirror.config import FlowSettings
 from raystream.mirror.offsets import Checkpoint, Heartbeat, OffsetSync, OffsetSyncStore
-from raystream.types import RecordMetadata, TopicPartition
+from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class MirrorSourceConnector(SourceConnector):
         self.flow = _flow(config)
         self.policy = self.flow.policy()
         self.source = open_cluster(self.flow.source)
-        self.target = RaystreamCluster.attach(self.flow.target)
+        self.target: TargetCluster = open_cluster(self.flow.target)
         self.refresh(sync_configs=True)
         self._thread = threading.Thread(target=self._run, name="mirror-refresh", daemon=True)
         self._thread.start()
@@ -119,7 +119,7 @@ class MirrorSourceConnector(SourceConnector):
                 config = (
                     self.source.topic_config(topic) if self.flow.sync_topic_configs_enabled else {}
                 )
-                schema = getattr(self.source, "topic_schema", lambda _t: None)(topic)
+                schema = self.source.topic_schema(topic)
             except RaystreamError as error:  # deleted meanwhile
                 logger.info("mirror %s: skipping topic %s: %s", self.flow.name, topic, error)
                 continue
@@ -209,7 +209,7 @@ class MirrorSourceTask(SourceTask):
         self._syncs: dict[TopicPartition, _PartitionSyncs] = {}
         self._lock = threading.Lock()
         self._ends_lock = threading.Lock()
-        self._sync_producer: Any = None
+        self._sync_writer: Any = None
         self._upstream: dict[int, Any] = {}  # id(batch) -> its rows' source offsets
 
     def start(self, config: dict[str, str]) -> None:
@@ -228,10 +228,10 @@ class MirrorSourceTask(SourceTask):
         self.source: SourceCluster = open_cluster(self.flow.source)
         self.reader = self.source.reader()
         self.reader.assign(self.positions)
-        self.target = RaystreamCluster.attach(self.flow.target)
+        self.target: TargetCluster = open_cluster(self.flow.target)
         self.syncs_topic = self.policy.offset_syncs_topic(self.alias)
         self.target.ensure_topic(self.syncs_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
-        self._sync_producer = self.target.cluster.producer(linger_ms=5)
+        self._sync_writer = self.target.writer()
 
     def source_partition(self, tp: TopicPartition) -> dict[str, Any]:
         """MM2's source partition of ``tp``: ``{"cluster", "topic", "partition"}``."""
@@ -294,31 +294,36 @@ class MirrorSourceTask(SourceTask):
             self.positions[tp] = last + 1
         return batches
 
-    def commit_batch(self, batch: SourceBatch, metadata: Sequence[RecordMetadata]) -> None:
-        """The framework wrote ``batch`` (``metadata``: its write, first offset per
-        request; the rows of one partition land at consecutive offsets): note how far
-        the partition is replicated, and send the offset syncs MM2's rule asks for.
+    def commit_batch(self, batch: SourceBatch, delivery: Delivery) -> None:
+        """The framework wrote ``batch`` (``delivery``: where its first and last rows
+        landed): note how far the partition is replicated, and send the offset syncs
+        MM2's rule asks for.
 
         The rule (MM2's ``PartitionState``) is applied to the batch's first row, every
-        ``offset.lag.max``-th row and its last row: a sync goes when it is the
-        partition's first, when the source skipped offsets (compaction, transaction
-        markers), or ``offset.lag.max`` records after the last one; the last row is
-        kept pending for :meth:`commit` otherwise.
+        ``offset.lag.max``-th row and its last row (rows at consecutive offsets; only
+        the first and last, whose offsets are known, when something else wrote in
+        between): a sync goes when it is the partition's first, when the source skipped
+        offsets (compaction, transaction markers), or ``offset.lag.max`` records after
+        the last one; the last row is kept pending for :meth:`commit` otherwise.
         """
         upstream = self._upstream.pop(id(batch), None)
-        if not metadata or metadata[0].offset < 0 or upstream is None or not len(upstream):
+        if delivery.first_offset is None or upstream is None or not len(upstream):
             return
         sp = batch.source_partition
         tp = TopicPartition(sp["topic"], sp["partition"])
-        first = metadata[0].offset
+        first = delivery.first_offset
         lag_max = max(self.flow.offset_lag_max, 1)
         rows = len(upstream)
+        if delivery.consecutive():
+            points = [(i, first + i) for i in sorted({0, rows - 1, *range(lag_max, rows, lag_max)})]
+        else:
+            points = [(0, first), (rows - 1, delivery.last_offset)]
         with self._lock:
             self.replicated[tp] = int(upstream[-1])
             self.records += rows
             state = self._syncs.setdefault(tp, _PartitionSyncs())
-            for i in sorted({0, rows - 1, *range(lag_max, rows, lag_max)}):
-                if state.update(int(upstream[i]), first + i, lag_max):
+            for i, downstream in points:
+                if state.update(int(upstream[i]), downstream, lag_max):
                     self._send_sync(tp, state)
 
     def commit(self) -> None:
@@ -328,12 +333,12 @@ class MirrorSourceTask(SourceTask):
             for tp, state in self._syncs.items():
                 if state.pending is not None and state.pending != state.last_sync:
                     self._send_sync(tp, state)
-        if self._sync_producer is not None:
-            self._sync_producer.flush()
+        if self._sync_writer is not None:
+            self._sync_writer.flush()
 
     def _send_sync(self, tp: TopicPartition, state: _PartitionSyncs) -> None:
         sync = OffsetSync(tp, *state.sent())
-        self._sync_producer.send(self.syncs_topic, value=sync.value(), key=sync.key(), partition=0)
+        self._sync_writer.send(self.syncs_topic, sync.value(), sync.key(), partition=0)
 
     def lag(self) -> dict[TopicPartition, dict[str, int]]:
         """Per source partition: its end offset, the next offset to replicate, and the
@@ -354,7 +359,7 @@ class MirrorSourceTask(SourceTask):
     def stop(self) -> None:
         for close in (
             getattr(getattr(self, "reader", None), "close", None),
-            getattr(self._sync_producer, "close", None),
+            getattr(self._sync_writer, "close", None),
             getattr(getattr(self, "source", None), "close", None),
             getattr(getattr(self, "target", None), "close", None),
         ):
@@ -419,18 +424,15 @@ class MirrorCheckpointTask(SourceTask):
         self.alias = self.flow.source.alias
         self.fixed_groups: list[str] = json.loads(config.get(GROUPS_KEY, "[]"))
         self.source = open_cluster(self.flow.source)
-        self.target = RaystreamCluster.attach(self.flow.target)
+        self.target: TargetCluster = open_cluster(self.flow.target)
         self.checkpoints_topic = self.policy.checkpoints_topic(self.alias)
         self.target.ensure_topic(
             self.checkpoints_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor
         )
         syncs_topic = self.policy.offset_syncs_topic(self.alias)
         self.target.ensure_topic(syncs_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
-        self.syncs = self.target.cluster.consumer(
-            enable_auto_commit=False, auto_offset_reset="earliest", isolation_level="read_committed"
-        )
-        self.syncs.assign([TopicPartition(syncs_topic, 0)])
-        self.syncs.seek_to_beginning(TopicPartition(syncs_topic, 0))
+        self.syncs = self.target.reader()
+        self.syncs.assign({TopicPartition(syncs_topic, 0): None})
         now = self.clock()
         self.next_checkpoint = now
         self.next_group_sync = now + self.flow.sync_group_offsets_interval_seconds
@@ -439,7 +441,7 @@ class MirrorCheckpointTask(SourceTask):
 
     def read_syncs(self, timeout_s: float = 0.0) -> int:
         """Take in the offset syncs written since the last call; how many."""
-        table = self.syncs.poll_arrow(timeout_ms=timeout_s * 1000, max_records=100_000)
+        table = self.syncs.poll(100_000, timeout_s)
         if not table.num_rows:
             return 0
         for key, value in zip(
@@ -569,7 +571,7 @@ class MirrorHeartbeatTask(SourceTask):
     def start(self, config: dict[str, str]) -> None:
         self.flow = _flow(config)
         self.topic = self.flow.policy().heartbeats_topic()
-        target = RaystreamCluster.attach(self.flow.target)
+        target = open_cluster(self.flow.target)
         try:
             target.ensure_topic(self.topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
         finally:

@@ -1,4 +1,4 @@
-"""``rs.mirror.MirrorMaker``: mirror a source cluster's topics into a raystream cluster.
+"""``rs.mirror.MirrorMaker``: mirror a source cluster's topics into a target cluster.
 
 ::
 
@@ -6,29 +6,37 @@
                                topics="orders.*", groups=".*", source_alias="primary")
     mm.start()
     mm.status()                       # state, records, lag per partition
-    mm.translate_offsets("billing")   # where group "billing" resumes on ``cluster``
+    mm.translate_offsets("billing")   # where group "billing" resumes on the target
     mm.stop()
 
-``cluster`` is the target. ``source`` says where the source is: Kafka client
-properties (``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``,
-``sasl.*`` ...) for any Kafka-protocol cluster, ``{"namespace": "other"}`` for a
-raystream cluster on this Ray, or an ``rs.Cluster``. ``config`` takes any other
-MirrorMaker 2 setting by its key (``sync.group.offsets.enabled``,
-``emit.checkpoints.interval.seconds``, ``replication.policy.class`` ...).
+    # the other way: raystream's topics into a Kafka-protocol cluster
+    rs.mirror.MirrorMaker(cluster, source=cluster, target={"bootstrap.servers": "kafka:9092"},
+                          source_alias="ray", target_alias="kafka")
 
-The flow runs in one Ray actor in the target's namespace (``raystream.actors.
-mirror_worker``): MirrorMaker 2's dedicated mode, with MM2's connectors
-(:mod:`raystream.mirror.connectors`) as its tasks.
+``cluster`` is the raystream cluster the flow runs in (its actor lives in ``cluster``'s
+namespace) and, unless ``target`` says otherwise, the target. ``source`` and ``target``
+say where a cluster is: Kafka client properties (``bootstrap.servers``,
+``security.protocol``, ``ssl.ca.location``, ``sasl.*`` ...) for any Kafka-protocol
+cluster (a raystream on another Ray cluster through its Kafka listener included),
+``{"namespace": "other"}`` for a raystream cluster on this Ray, or an ``rs.Cluster``.
+``config`` takes any other MirrorMaker 2 setting by its key
+(``sync.group.offsets.enabled``, ``emit.checkpoints.interval.seconds``,
+``replication.policy.class`` ...).
+
+The flow runs in one Ray actor (``raystream.actors.mirror_worker``): MirrorMaker 2's
+dedicated mode, with MM2's connectors (:mod:`raystream.mirror.connectors`) as its tasks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from raystream.errors import ConnectError, InvalidConfigError
+from raystream.mirror.clusters import RaystreamCluster, TargetCluster, open_cluster, read_records
 from raystream.mirror.config import ClusterSpec, FlowSettings, settings_from_keys
 from raystream.mirror.offsets import Checkpoint, latest_checkpoints
 from raystream.types import TopicPartition
@@ -38,21 +46,26 @@ CALL_TIMEOUT_S = 60.0
 
 
 def source_spec(alias: str, source: Any) -> ClusterSpec:
-    """The :class:`ClusterSpec` of the ``source`` argument (see the module docstring).
+    """The :class:`ClusterSpec` of the ``source`` argument (see the module docstring)."""
+    return cluster_spec(alias, source, "source")
+
+
+def cluster_spec(alias: str, where: Any, argument: str) -> ClusterSpec:
+    """The :class:`ClusterSpec` of the ``source`` or ``target`` argument ``where``.
 
     Raises:
         InvalidConfigError: neither a dict nor a raystream Cluster, or a dict that says
             neither where a Kafka cluster nor which raystream namespace.
     """
-    namespace = getattr(source, "namespace", None)
-    if namespace is not None and hasattr(source, "controller"):
+    namespace = getattr(where, "namespace", None)
+    if namespace is not None and hasattr(where, "controller"):
         return ClusterSpec(alias, namespace=namespace)
-    if not isinstance(source, Mapping):
+    if not isinstance(where, Mapping):
         raise InvalidConfigError(
-            f"source={source!r}: give Kafka client properties, {{'namespace': ...}} or an "
+            f"{argument}={where!r}: give Kafka client properties, {{'namespace': ...}} or an "
             "rs.Cluster"
         )
-    props = {str(k): str(v) for k, v in source.items()}
+    props = {str(k): str(v) for k, v in where.items()}
     if "namespace" in props:
         props["raystream.namespace"] = props.pop("namespace")
     if "address" in props:
@@ -69,32 +82,47 @@ def flow_of(
     exactly_once: bool,
     target_alias: str | None,
     config: Mapping[str, Any] | None,
+    target: Any = None,
 ) -> FlowSettings:
-    """The flow :class:`MirrorMaker` runs, validated."""
+    """The flow :class:`MirrorMaker` runs, validated.
+
+    Raises:
+        InvalidConfigError: a bad setting, or a Kafka-protocol ``target`` without a
+            ``target_alias``.
+    """
     settings = settings_from_keys({str(k): str(v) for k, v in (config or {}).items()})
     settings.update(topics=topics, groups=groups, exactly_once=exactly_once)
-    return FlowSettings(
-        source=source_spec(source_alias, source),
-        target=ClusterSpec(target_alias or cluster.namespace, namespace=cluster.namespace),
-        **settings,
-    )
+    if target is None:
+        target_spec = ClusterSpec(target_alias or cluster.namespace, namespace=cluster.namespace)
+    else:
+        target_spec = cluster_spec(target_alias or "target", target, "target")
+        if target_alias is None:
+            if not target_spec.is_raystream:
+                raise InvalidConfigError(
+                    "target_alias= is needed with a Kafka-protocol target: it names the "
+                    "target in remote topics and heartbeats, and stops loops"
+                )
+            target_spec = dataclasses.replace(target_spec, alias=target_spec.namespace)
+    return FlowSettings(source=source_spec(source_alias, source), target=target_spec, **settings)
 
 
 class MirrorMaker:
-    """One mirroring flow from ``source`` into ``cluster`` (module docstring).
+    """One mirroring flow from ``source`` into ``target`` (module docstring).
 
     Args:
-        cluster: the target raystream cluster.
+        cluster: the raystream cluster the flow runs in, and the target by default.
         source: where the source cluster is.
         topics: comma-separated regexes of the topics to mirror; new matching topics
             are picked up every ``refresh.topics.interval.seconds``.
         groups: regexes of the consumer groups whose offsets are checkpointed.
         source_alias: names the source: remote topics are ``<source_alias>.<topic>``.
         exactly_once: records and source offsets in the target's transactions.
-        target_alias: the target's alias (default: its namespace); a flow never
-            mirrors a topic that came from here (active/active without loops).
+        target_alias: the target's alias (default: a raystream target's namespace;
+            needed for a Kafka-protocol target); a flow never mirrors a topic that
+            came from here (active/active without loops).
         config: other MirrorMaker 2 settings by their keys.
         detached: keep the flow running after this process ends (``raystream mirror``).
+        target: where the target is, when it is not ``cluster`` (like ``source``).
     """
 
     def __init__(
@@ -108,17 +136,26 @@ class MirrorMaker:
         target_alias: str | None = None,
         config: Mapping[str, Any] | None = None,
         detached: bool = False,
+        target: Any = None,
     ) -> None:
         self.cluster = cluster
         self.flow = flow_of(
-            cluster, source, topics, groups, source_alias, exactly_once, target_alias, config
+            cluster,
+            source,
+            topics,
+            groups,
+            source_alias,
+            exactly_once,
+            target_alias,
+            config,
+            target,
         )
         self.detached = detached
         self.actor: Any = None
 
     @classmethod
     def from_flow(cls, cluster: Any, flow: FlowSettings, detached: bool = False) -> MirrorMaker:
-        """A MirrorMaker for a flow read from an MM2 properties file."""
+        """A MirrorMaker for a flow read from an MM2 properties file, run in ``cluster``."""
         mm = cls.__new__(cls)
         mm.cluster, mm.flow, mm.detached, mm.actor = cluster, flow, detached, None
         return mm
@@ -171,7 +208,18 @@ class MirrorMaker:
         its partitions (remote topic partitions of the target), MM2's
         ``RemoteClusterUtils.translateOffsets``. Empty until a checkpoint was written."""
         topic = self.flow.policy().checkpoints_topic(self.flow.source.alias)
-        return latest_checkpoints(read_checkpoints(self.cluster, topic, timeout_s), group_id)
+        target = self._target()
+        try:
+            return latest_checkpoints(read_checkpoints(target, topic, timeout_s), group_id)
+        finally:
+            target.close()
+
+    def _target(self) -> TargetCluster:
+        """The flow's target, through ``cluster``'s clients when it is the target."""
+        spec = self.flow.target
+        if spec.is_raystream and spec.namespace == self.cluster.namespace:
+            return RaystreamCluster(spec.alias, self.cluster)
+        return open_cluster(spec)
 
     def stop(self) -> None:
         """Stop the flow and its actor (what was mirrored stays)."""
@@ -192,26 +240,8 @@ class MirrorMaker:
         self.stop()
 
 
-def read_checkpoints(cluster: Any, topic: str, timeout_s: float = 30.0) -> list[Checkpoint]:
-    """Every checkpoint in ``topic`` of ``cluster`` ([] if the topic does not exist)."""
-    from raystream.errors import UnknownTopicOrPartitionError
-
-    tp = TopicPartition(topic, 0)
-    found: list[Checkpoint] = []
-    with cluster.consumer(enable_auto_commit=False, isolation_level="read_committed") as consumer:
-        try:
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-        except UnknownTopicOrPartitionError:
-            return []
-        deadline = time.monotonic() + timeout_s
-        while consumer.position(tp) < end:
-            if time.monotonic() > deadline:
-                raise ConnectError(f"reading {topic} stalled at offset {consumer.position(tp)}")
-            table = consumer.poll_arrow(timeout_ms=200)
-            for key, value in zip(
-                table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
-            ):
-                found.append(Checkpoint.decode(key, value))
-    return found
+def read_checkpoints(
+    target: TargetCluster, topic: str, timeout_s: float = 30.0
+) -> list[Checkpoint]:
+    """Every checkpoint in ``topic`` of ``target`` ([] if the topic does not exist)."""
+    return [Checkpoint.decode(k, v) for k, v in read_records(target, topic, timeout_s)]

@@ -6,14 +6,17 @@ they return to the target, stores source offsets, and restarts the source task w
 its connector asks (new topics, new partitions). Its loop:
 
 1. Poll the source task for the batches of one read of the source (one per source
-   partition); write each batch to its remote topic partition (``send_batch``), then
-   tell the task where it went (``commit_batch``, which records the offset syncs).
+   partition); write each batch to its remote topic partition (``send_batch`` of the
+   target's :class:`~raystream.mirror.clusters.Writer`) and wait for their
+   acknowledgement (``settle``).
 2. Store the batches' source offsets in the ``mm2-offsets.<target>.internal`` topic
-   (Kafka Connect's offsets layout: key ``[connector, source partition]`` as JSON, value
-   ``{"offset": n}``). At least once: records, then offsets. With ``exactly_once`` the
-   records and the offsets are one transaction of the target (KIP-618): a restarted
-   runner resumes after the last committed batch, and read_committed consumers of
-   the target never see a record twice.
+   of the target (Kafka Connect's offsets layout: key ``[connector, source partition]``
+   as JSON, value ``{"offset": n}``). At least once: records, then offsets. With
+   ``exactly_once`` the records and the offsets are one transaction of the target
+   (KIP-618; a raystream or any Kafka-protocol target with transactions): a restarted
+   runner resumes after the last committed batch, and read_committed consumers of the
+   target never see a record twice. Then tell the task where each batch went
+   (``commit_batch``, which records the offset syncs: of committed records only).
 3. Call the task's ``commit`` (pending offset syncs) every ``OFFSET_FLUSH_S``. The
    checkpoint and heartbeat tasks run on threads of their own, writing their records.
 
@@ -31,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raystream.connectors.api import SourceBatch, SourceRecord, SourceTask
-from raystream.errors import ConnectError, RaystreamError
-from raystream.mirror.clusters import RaystreamCluster
+from raystream.errors import RaystreamError
+from raystream.mirror.clusters import TargetCluster, Writer, open_cluster, read_records
 from raystream.mirror.config import FlowSettings
 from raystream.mirror.connectors import (
     INTERNAL_CONFIG,
@@ -42,7 +45,6 @@ from raystream.mirror.connectors import (
     MirrorSourceTask,
     check_batch_partition,
 )
-from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ class OffsetsTopic:
     """Source offsets in a compacted topic of the target; the
     :class:`~raystream.connectors.api.OffsetStorageReader` of the flow's tasks."""
 
-    def __init__(self, target: RaystreamCluster, topic: str, connector: str) -> None:
+    def __init__(self, target: TargetCluster, topic: str, connector: str) -> None:
         self.target = target
         self.topic = topic
         self.connector = connector
@@ -70,25 +72,11 @@ class OffsetsTopic:
     def load(self) -> None:
         """Read every committed offset of the topic (read_committed: an aborted
         transaction's offsets do not count)."""
-        tp = TopicPartition(self.topic, 0)
-        with self.target.cluster.consumer(
-            enable_auto_commit=False, isolation_level="read_committed"
-        ) as consumer:
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-            deadline = time.monotonic() + 60
-            while consumer.position(tp) < end:
-                if time.monotonic() > deadline:
-                    raise ConnectError(f"reading {self.topic} stalled at {consumer.position(tp)}")
-                table = consumer.poll_arrow(timeout_ms=200)
-                for key, value in zip(
-                    table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True
-                ):
-                    if value is None:
-                        self.offsets.pop(key, None)
-                    else:
-                        self.offsets[key] = json.loads(value)
+        for key, value in read_records(self.target, self.topic):
+            if value is None:
+                self.offsets.pop(key, None)
+            else:
+                self.offsets[key] = json.loads(value)
 
     def offset(self, source_partition: Mapping[str, Any]) -> dict[str, Any] | None:
         return self.offsets.get(offset_key(self.connector, source_partition))
@@ -100,7 +88,7 @@ class OffsetsTopic:
             if self.offset(sp) is not None
         }
 
-    def write(self, producer: Any, batches: Sequence[SourceBatch]) -> dict[bytes, dict]:
+    def write(self, writer: Writer, batches: Sequence[SourceBatch]) -> dict[bytes, dict]:
         """Send the latest offset of each batch's source partition (not flushed); returns
         them for :meth:`stored` once they count (acknowledged, or their transaction
         committed)."""
@@ -108,7 +96,7 @@ class OffsetsTopic:
         for batch in batches:
             latest[offset_key(self.connector, batch.source_partition)] = dict(batch.source_offset)
         for key, value in latest.items():
-            producer.send(self.topic, value=json.dumps(value).encode(), key=key, partition=0)
+            writer.send(self.topic, json.dumps(value).encode(), key, partition=0)
         return latest
 
     def stored(self, offsets: Mapping[bytes, dict]) -> None:
@@ -155,19 +143,16 @@ class FlowRunner:
     def open(self) -> None:
         """Attach to the target, start the connectors and their tasks."""
         flow = self.flow
-        self.target = RaystreamCluster.attach(flow.target)
+        self.target: TargetCluster = open_cluster(flow.target)
         policy = flow.policy()
         self.offsets = OffsetsTopic(self.target, policy.offsets_topic(flow.target.alias), self.name)
-        options: dict[str, Any] = {"linger_ms": 5, "acks": "all"}
-        if flow.exactly_once:
-            options["transactional_id"] = f"mm2-{flow.name}-source-0"
-        self.producer = self.target.cluster.producer(**options)
+        self.writer = self.target.writer(f"mm2-{flow.name}-source-0" if flow.exactly_once else None)
         if flow.exactly_once:
             # Fences a previous incarnation's producer and aborts its open transaction
             # first: until then read_committed could not read the offsets past it.
-            self.producer.init_transactions()
+            self.writer.init_transactions()
         self.offsets.load()
-        self.aux_producer = self.target.cluster.producer(linger_ms=5, acks="all")
+        self.aux_writer = self.target.writer()
         self.source_connector = MirrorSourceConnector()
         self.source_connector.context = _Context(self)
         self.source_connector.start(self.config)
@@ -212,7 +197,7 @@ class FlowRunner:
                 if time.monotonic() >= next_flush:
                     next_flush = time.monotonic() + OFFSET_FLUSH_S
                     assert self.source_task is not None
-                    self.producer.flush()
+                    self.writer.flush()
                     self.source_task.commit()
             except RaystreamError as error:
                 logger.warning("mirror %s: %s; retrying", self.flow.name, error)
@@ -249,40 +234,43 @@ class FlowRunner:
             batches.append(task.poll())
         eos = self.flow.exactly_once
         if eos:
-            self.producer.begin_transaction()
+            self.writer.begin_transaction()
+        deliveries = []
         for batch in batches:
             partition = check_batch_partition(batch)
             table = batch.table.drop_columns(["partition"])
-            metadata = self.producer.send_batch(batch.topic, table, partition=partition)
-            task.commit_batch(batch, metadata)
-        written = self.offsets.write(self.producer, batches)
+            deliveries.append(self.writer.send_batch(batch.topic, partition, table))
+        self.writer.settle()
+        written = self.offsets.write(self.writer, batches)
         if eos:
-            self.producer.commit_transaction()
+            self.writer.commit_transaction()
         self.offsets.stored(written)
         # At least once, the offsets follow records already acknowledged: they are
         # flushed with the task's commit every OFFSET_FLUSH_S, not waited for here.
+        for batch, delivery in zip(batches, deliveries, strict=True):
+            task.commit_batch(batch, delivery)
         return sum(b.table.num_rows for b in batches)
 
     def _write_records(self, records: Sequence[SourceRecord]) -> None:
-        """Write a checkpoint or heartbeat task's records (the producer is thread-safe:
+        """Write a checkpoint or heartbeat task's records (the writer is thread-safe:
         both tasks' threads share it)."""
         for record in records:
-            self.aux_producer.send(
+            self.aux_writer.send(
                 record.topic,
-                value=record.value,
-                key=record.key,
+                record.value,
+                record.key,
                 partition=record.partition,
                 timestamp_ms=record.timestamp,
                 headers=list(record.headers) or None,
             )
-        self.aux_producer.flush()
+        self.aux_writer.flush()
 
     def _abort(self) -> None:
         """After a failed round: abort it (exactly-once) and rewind the source task to
         the last stored offsets, so what it had read but not written is read again."""
         if self.flow.exactly_once:
             try:
-                self.producer.abort_transaction()
+                self.writer.abort_transaction()
             except RaystreamError as error:
                 logger.info("mirror %s: abort: %s", self.flow.name, error)
         try:
@@ -318,9 +306,12 @@ class FlowRunner:
             found = getattr(self, closer, None)
             if found is not None:
                 found.stop()
-        for producer in (getattr(self, "producer", None), getattr(self, "aux_producer", None)):
-            if producer is not None:
-                producer.close()
+        for writer in (getattr(self, "writer", None), getattr(self, "aux_writer", None)):
+            if writer is not None:
+                writer.close()
+        target = getattr(self, "target", None)
+        if target is not None:
+            target.close()
         if self.state == RUNNING:
             self.state = STOPPED
 

@@ -73,17 +73,46 @@ def test_a_flow_survives_the_round_trip_through_its_connector_config() -> None:
             "emit.checkpoints.interval.seconds = soon\n",
             "emit.checkpoints.interval.seconds='soon'",
         ),
-        (
-            "clusters=a,b\na.raystream.namespace=m\nb.bootstrap.servers=x:1\nb->a.enabled=yes\n"
-            "a->b.enabled=true\n",
-            "must be a raystream cluster",
-        ),
         ("clusters = a\nnot a setting\n", "line 2"),
     ],
 )
 def test_bad_files_are_refused_naming_what_is_wrong(text: str, match: str) -> None:
     with pytest.raises(InvalidConfigError, match=match):
         flows_from_properties(parse_properties(text))
+
+
+def test_a_kafka_cluster_alias_may_be_the_target_and_both_directions_run() -> None:
+    text = (
+        "clusters = ray, kafka\n"
+        "ray.raystream.namespace = m\n"
+        "kafka.bootstrap.servers = k:9092\n"
+        "ray->kafka.enabled = true\n"
+        "kafka->ray.enabled = true\n"
+        "ray->kafka.exactly.once.source.support = enabled\n"
+    )
+    back, out = flows_from_properties(parse_properties(text))
+    assert (back.name, out.name) == ("kafka->ray", "ray->kafka")
+    assert out.source.is_raystream and not out.target.is_raystream
+    assert out.target.kafka == {"bootstrap.servers": "k:9092"} and out.exactly_once
+    assert not back.exactly_once
+    assert FlowSettings.from_connector_config(out.to_connector_config()) == out
+
+
+def test_a_kafka_target_needs_an_alias_in_mirror_maker() -> None:
+    from raystream.mirror.maker import flow_of
+
+    class Target:
+        namespace = "ns"
+        controller = None
+
+    with pytest.raises(InvalidConfigError, match="target_alias="):
+        flow_of(
+            Target(), Target(), ".*", ".*", "ray", False, None, None, {"bootstrap.servers": "k:1"}
+        )
+    flow = flow_of(
+        Target(), Target(), ".*", ".*", "ray", False, "kafka", None, {"bootstrap.servers": "k:1"}
+    )
+    assert flow.name == "ray->kafka" and flow.target.kafka["bootstrap.servers"] == "k:1"
 
 
 def test_tls_hostname_verification_cannot_be_turned_off() -> None:
