@@ -1,7 +1,8 @@
 """A MirrorMaker flow as a Ray actor: a thin shell around ``raystream.mirror.runner``.
 
 One actor per flow ``source -> target``, named ``mirror:<source>-><target>`` in the
-target cluster's namespace (how ``raystream mirror status`` finds the flows). It runs
+namespace of the raystream cluster it runs in (how ``raystream mirror status`` finds
+the flows, in every namespace). It runs
 the flow's loop on a thread of its own, so ``status`` and ``stop`` answer while it
 mirrors. Ray restarts a crashed actor (``max_restarts``): the new runner resumes from
 the source offsets stored in the target, and under exactly-once its producer fences the

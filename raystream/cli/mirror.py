@@ -83,6 +83,8 @@ def format_status(flows: list[dict[str, Any]]) -> str:
         )
         if flow.get("error"):
             lines.append(f"  error: {flow['error'].splitlines()[-1]}")
+        for topic, problem in sorted(flow.get("topic_errors", {}).items()):
+            lines.append(f"  topic {topic}: {problem}")
         rows = [
             (
                 f"{p['topic']}-{p['partition']}",

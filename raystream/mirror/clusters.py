@@ -123,6 +123,10 @@ class TargetCluster:
     def list_topics(self) -> list[str]:
         raise NotImplementedError
 
+    def partitions(self, topic: str) -> int:
+        """The topic's partition count (UnknownTopicOrPartitionError if there is none)."""
+        raise NotImplementedError
+
     def ensure_topic(
         self,
         name: str,

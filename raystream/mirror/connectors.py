@@ -92,6 +92,8 @@ class MirrorSourceConnector(SourceConnector):
     def __init__(self) -> None:
         self.config: dict[str, str] = {}
         self.partitions: list[TopicPartition] = []
+        #: Source topics whose remote topic the target refused to create or change, why.
+        self.problems: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -113,6 +115,7 @@ class MirrorSourceConnector(SourceConnector):
         """Look for new or grown topics; create or grow their remote topics (and follow
         configs when ``sync_configs``). True if the partitions to mirror changed."""
         found: list[TopicPartition] = []
+        problems: dict[str, str] = {}
         for topic in mirrored_topics(self.flow, self.source.list_topics()):
             try:
                 count = self.source.partitions(topic)
@@ -124,15 +127,29 @@ class MirrorSourceConnector(SourceConnector):
                 logger.info("mirror %s: skipping topic %s: %s", self.flow.name, topic, error)
                 continue
             remote = self.policy.format_remote_topic(self.flow.source.alias, topic)
-            created = self.target.ensure_topic(
-                remote, count, config, self.flow.replication_factor, schema
-            )
-            if sync_configs and config and not created:
-                self.target.alter_config(remote, config)
+            try:
+                created = self.target.ensure_topic(
+                    remote, count, config, self.flow.replication_factor, schema
+                )
+                if sync_configs and config and not created:
+                    self.target.alter_config(remote, config)
+            except RaystreamError as error:
+                if error.retriable:  # the target is away: keep the plan, try again later
+                    raise
+                # Refused for good (a broker without CreatePartitions, a config it does
+                # not take): the partitions the remote topic has go on being mirrored,
+                # and status says why the others are not.
+                logger.warning("mirror %s: remote topic %s: %s", self.flow.name, remote, error)
+                problems[topic] = f"{remote}: {error}"
+                try:
+                    count = min(count, self.target.partitions(remote))
+                except RaystreamError:
+                    continue
             found += [TopicPartition(topic, p) for p in range(count)]
         with self._lock:
             changed = found != self.partitions
             self.partitions = found
+            self.problems = problems
         return changed
 
     def _run(self) -> None:

@@ -318,7 +318,8 @@ class FlowRunner:
     # ------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
-        """The flow's state, records mirrored, and replication lag per source partition."""
+        """The flow's state, records mirrored, replication lag per source partition, and
+        the remote topics the target refused to create or change (``topic_errors``)."""
         with self._lock:
             task = self.source_task
         partitions = {}
@@ -347,4 +348,5 @@ class FlowRunner:
             "checkpoints": checkpoints,
             "lag": sum(p["lag"] for p in partitions.values()),
             "partitions": partitions,
+            "topic_errors": dict(getattr(getattr(self, "source_connector", None), "problems", {})),
         }

@@ -161,15 +161,40 @@ def test_every_record_arrives_once_in_partition_order_with_its_key_headers_and_t
     assert (beat.source_alias, beat.target_alias) == ("ray", "tansu")
 
 
-def test_a_new_matching_topic_is_picked_up(
+def test_a_new_matching_topic_is_picked_up_and_a_grown_one_follows_if_the_broker_can(
     shared_cluster: Any, bootstrap: str, flow: MirrorMaker
 ) -> None:
-    shared_cluster.admin().create_topic("late", partitions=3)
+    """Growing a remote topic needs CreatePartitions, which Tansu 0.6 does not offer:
+    then the partitions it has go on being mirrored and status says why the rest
+    are not (on a broker that has it, the remote topic grows)."""
+    admin = shared_cluster.admin()
+    admin.create_topic("late", partitions=3)
     with shared_cluster.producer() as producer:
         producer.send("late", value=b"first", partition=2).get(30)
     wait_until(lambda: count(bootstrap, "ray.late") == 1, 30, "ray.late created and mirrored")
     got = kafka_read(bootstrap, "ray.late")
     assert sorted(got) == [0, 1, 2] and got[2][0]["value"] == b"first"
+    admin.create_partitions("late", 4)
+    with shared_cluster.producer() as producer:
+        producer.send("late", value=b"grown", partition=3).get(30)
+        producer.send("late", value=b"after", partition=0).get(30)
+
+    def followed() -> str | bool:
+        if len(kafka_read(bootstrap, "ray.late")) == 4:
+            return "grown"
+        return flow.status()["topic_errors"].get("late", False)
+
+    outcome = wait_until(followed, 30, "ray.late grown, or the broker's refusal shown")
+    if outcome == "grown":
+        wait_until(lambda: count(bootstrap, "ray.late") == 3, 30, "both new records mirrored")
+    else:
+        assert "ray.late" in outcome and "CreatePartitions" in outcome, outcome
+        wait_until(
+            lambda: [r["value"] for r in kafka_read(bootstrap, "ray.late")[0]] == [b"after"],
+            30,
+            "partition 0 still mirrored",
+        )
+    assert flow.status()["state"] == "RUNNING"
 
 
 def test_a_group_switched_to_the_kafka_target_resumes_at_the_translated_offset(
