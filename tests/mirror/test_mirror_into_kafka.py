@@ -345,6 +345,12 @@ def test_the_cli_mirrors_into_a_kafka_alias_exactly_once_and_resumes_after_a_sto
     assert cli.mirror(start, None) == 0
     try:
         wait_until(lambda: count(bootstrap, "r.events") >= 500, 60, "r.events mirrored")
+
+        def caught_up() -> bool:  # the flow notes a round done just after it commits
+            (status,) = [f for f in cli.statuses() if f["flow"] == "r->k"]
+            return bool(status["partitions"]) and status["lag"] == 0
+
+        wait_until(caught_up, 30, "r->k's lag at 0")
         assert cli.mirror(parser.parse_args(["mirror", "status"]), None) == 0
         out = capsys.readouterr().out
         assert "started r->k" in out and "r->k  RUNNING" in out, out
