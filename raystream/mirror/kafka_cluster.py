@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from raystream.errors import (
     ConnectError,
+    ProducerFencedError,
     RaystreamError,
     RetriableConnectError,
     UnknownTopicOrPartitionError,
@@ -65,11 +66,22 @@ def kafka_error(what: str, error: BaseException) -> RaystreamError:
     RetriableConnectError when librdkafka calls it retriable or abortable."""
     found = error.args[0] if error.args else None
     text = found.str() if hasattr(found, "str") else str(error)
+    if getattr(found, "fatal", lambda: False)():
+        return _fatal_error(f"{what}: {text}")
     retriable = bool(
         getattr(found, "retriable", lambda: False)()
         or getattr(found, "txn_requires_abort", lambda: False)()
     )
     return (RetriableConnectError if retriable else ConnectError)(f"{what}: {text}")
+
+
+def _fatal_error(text: str) -> RaystreamError:
+    """A fatal producer error of librdkafka: fenced (a newer instance of the flow took
+    the transactional id) as ProducerFencedError, which fails the flow as Kafka Connect
+    fails a fenced task; any other as ConnectError."""
+    if "fenced" in text.lower() or "old epoch" in text.lower():
+        return ProducerFencedError(f"the producer was fenced: {text}")
+    return ConnectError(f"the producer failed for good: {text}")
 
 
 def _code(error: BaseException) -> int | None:
@@ -507,14 +519,15 @@ class KafkaWriter(Writer):
         Raises:
             RetriableConnectError: a row failed, was not acknowledged in time, or rows
                 are missing between a batch's first and last offsets.
-            ConnectError: the producer hit a fatal error (fenced, or the idempotent
+            ProducerFencedError: a newer producer took the transactional id.
+            ConnectError: the producer hit another fatal error (the idempotent
                 producer lost its sequence): it cannot write any more.
         """
         remaining = self.producer.flush(SETTLE_TIMEOUT_S)
         deliveries, self._deliveries = self._deliveries, []
         failed, self._failed = self._failed, []
         if self._fatal is not None:
-            raise ConnectError(f"the producer failed for good: {self._fatal}")
+            raise _fatal_error(self._fatal)
         if remaining:
             raise RetriableConnectError(
                 f"{remaining} records not acknowledged within {SETTLE_TIMEOUT_S:g} s"

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from raystream.connectors.api import SourceBatch, SourceRecord, SourceTask
-from raystream.errors import RaystreamError
+from raystream.errors import ProducerFencedError, RaystreamError
 from raystream.mirror.clusters import TargetCluster, Writer, open_cluster, read_records
 from raystream.mirror.config import FlowSettings
 from raystream.mirror.connectors import (
@@ -178,7 +178,8 @@ class FlowRunner:
 
     def run(self) -> None:
         """Mirror until :meth:`stop`; errors are logged and retried (the control loop
-        survives), except a connector's ``raise_error`` which fails the flow. The
+        survives), except a connector's ``raise_error`` and a fenced producer (another
+        instance of the flow took its transactional id), which fail the flow. The
         checkpoint and heartbeat tasks run on threads of their own: their polls wait
         for their intervals, which must not hold the records back."""
         aux = [
@@ -199,6 +200,8 @@ class FlowRunner:
                     assert self.source_task is not None
                     self.writer.flush()
                     self.source_task.commit()
+            except ProducerFencedError as error:  # a newer instance of the flow writes now
+                self.fail(error)
             except RaystreamError as error:
                 logger.warning("mirror %s: %s; retrying", self.flow.name, error)
                 self.error = f"{type(error).__name__}: {error}"

@@ -68,3 +68,26 @@ def test_a_delivery_knows_whether_its_rows_sit_at_consecutive_offsets(
     delivery: Delivery, consecutive: bool
 ) -> None:
     assert delivery.consecutive() is consecutive
+
+
+def test_librdkafka_errors_map_to_retry_fail_or_fenced() -> None:
+    """A fenced producer fails the flow (the runner stops on ProducerFencedError, as
+    Kafka Connect fails a fenced task); a retriable error is retried."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from raystream.errors import ConnectError, ProducerFencedError, RetriableConnectError
+    from raystream.mirror.kafka_cluster import kafka_error
+
+    fenced = KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
+    old_epoch = KafkaError(
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        "Broker: Producer attempted an operation with an old epoch",
+        fatal=True,
+    )
+    lost = KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "sequence lost", fatal=True)
+    busy = KafkaError(KafkaError.REQUEST_TIMED_OUT, "timed out", retriable=True)
+    assert isinstance(kafka_error("commit", KafkaException(fenced)), ProducerFencedError)
+    assert isinstance(kafka_error("commit", KafkaException(old_epoch)), ProducerFencedError)
+    lost_error = kafka_error("send", KafkaException(lost))
+    assert type(lost_error) is ConnectError and "failed for good" in str(lost_error)
+    assert isinstance(kafka_error("send", KafkaException(busy)), RetriableConnectError)
