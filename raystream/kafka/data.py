@@ -455,7 +455,7 @@ async def fetch(call: Call, request: Any) -> Mapping[str, Any]:
         answers = dict(zip(live, await _gather([poll(i, 0, 1) for i in live]), strict=True))
     if len(live) > 1 and max_wait_ms > 0 and _fetched_bytes(answers.values()) < min_bytes:
         waiting = [i for i in live if _error_code(answers[i]) == NONE]
-        answers.update(await _long_poll(waiting, poll, max_wait_ms, int(request.min_bytes)))
+        answers.update(await _long_poll(waiting, poll, max_wait_ms, min_bytes))
     topics: dict[Any, list[dict[str, Any]]] = {}
     budget = max_bytes
     for i, (key, name, partition, _, _) in enumerate(wanted):

@@ -118,12 +118,7 @@ def build_context(settings: TlsSettings) -> ssl.SSLContext:
         ) from None
     context.verify_mode = CLIENT_AUTH[settings.client_auth]
     if settings.truststore_location:
-        try:
-            context.load_verify_locations(settings.truststore_location)
-        except (OSError, ssl.SSLError) as error:
-            raise InvalidConfigError(
-                f"ssl.truststore.location={settings.truststore_location!r}: {error}"
-            ) from None
+        load_truststore(context, settings.truststore_location)
     return context
 
 
@@ -141,13 +136,21 @@ def build_client_context(settings: ClientTlsSettings) -> ssl.SSLContext:
     if not settings.truststore_location:
         context.load_default_certs()
         return context
-    try:
-        context.load_verify_locations(settings.truststore_location)
-    except (OSError, ssl.SSLError) as error:
-        raise InvalidConfigError(
-            f"ssl.truststore.location={settings.truststore_location!r}: {error}"
-        ) from None
+    load_truststore(context, settings.truststore_location)
     return context
+
+
+def load_truststore(context: ssl.SSLContext, location: str) -> None:
+    """Trust the CA certificates of the PEM file at ``location`` (a listener's
+    ``ssl.truststore.location``, or a client's).
+
+    Raises:
+        InvalidConfigError: the file is missing or holds no certificate.
+    """
+    try:
+        context.load_verify_locations(location)
+    except (OSError, ssl.SSLError) as error:
+        raise InvalidConfigError(f"ssl.truststore.location={location!r}: {error}") from None
 
 
 _client_contexts: dict[ClientTlsSettings, tuple[tuple[int, ...], ssl.SSLContext]] = {}
