@@ -39,6 +39,26 @@ def read_partitions(cluster: Any, topic: str, timeout_s: float = 60.0) -> dict[i
     return out
 
 
+def commit_part_of_payments(cluster: Any) -> tuple[list[bytes], dict[Any, int]]:
+    """Fill a 2-partition ``payments`` topic with 400 records, let group ``billing``
+    read at least 150 of them and commit; the values it read and its committed offsets.
+
+    The start of the fail-over tests: the group then moves to the mirror's target."""
+    cluster.admin().create_topic("payments", partitions=2)
+    with cluster.producer() as producer:
+        for i in range(400):
+            producer.send("payments", value=f"p{i}".encode(), partition=i % 2)
+    seen: list[bytes] = []
+    with cluster.consumer(
+        "payments", group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False
+    ) as consumer:
+        while len(seen) < 150:
+            for records in consumer.poll(timeout_ms=500, max_records=50).values():
+                seen += [r.value for r in records]
+        consumer.commit()
+    return seen, cluster.admin().describe_group("billing").offsets
+
+
 @pytest.fixture(scope="module")
 def fast_settings() -> dict[str, str]:
     return dict(FAST)

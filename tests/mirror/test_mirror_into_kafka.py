@@ -20,7 +20,7 @@ from benchmarks.peers import _tansu_binary, tansu_broker
 from raystream.mirror import Heartbeat, MirrorMaker, OffsetSync
 from raystream.types import TopicPartition
 from tests.conftest import holds_for, wait_until
-from tests.mirror.conftest import FAST, read_partitions
+from tests.mirror.conftest import FAST, commit_part_of_payments, read_partitions
 
 LAG_MAX = 10
 
@@ -203,19 +203,7 @@ def test_a_group_switched_to_the_kafka_target_resumes_at_the_translated_offset(
     from confluent_kafka import Consumer, ConsumerGroupTopicPartitions
     from confluent_kafka.admin import AdminClient
 
-    shared_cluster.admin().create_topic("payments", partitions=2)
-    with shared_cluster.producer() as producer:
-        for i in range(400):
-            producer.send("payments", value=f"p{i}".encode(), partition=i % 2)
-    seen: list[bytes] = []
-    with shared_cluster.consumer(
-        "payments", group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False
-    ) as consumer:
-        while len(seen) < 150:
-            for records in consumer.poll(timeout_ms=500, max_records=50).values():
-                seen += [r.value for r in records]
-        consumer.commit()
-    committed = shared_cluster.admin().describe_group("billing").offsets
+    seen, committed = commit_part_of_payments(shared_cluster)
     wait_until(lambda: count(bootstrap, "ray.payments") >= 400, 60, "ray.payments mirrored")
     remote = {TopicPartition("ray.payments", tp.partition): o for tp, o in committed.items()}
     translated = wait_until(

@@ -16,7 +16,7 @@ import pytest
 from raystream.mirror import MirrorMaker
 from raystream.types import TopicPartition
 from tests.conftest import holds_for, wait_until
-from tests.mirror.conftest import FAST, read_partitions
+from tests.mirror.conftest import FAST, commit_part_of_payments, read_partitions
 
 
 @pytest.fixture(scope="module")
@@ -112,19 +112,7 @@ def test_a_new_matching_topic_and_new_partitions_are_picked_up(
 def test_a_group_switched_to_the_target_resumes_at_the_translated_offset(
     source: Any, shared_cluster: Any, flow: MirrorMaker
 ) -> None:
-    source.admin().create_topic("payments", partitions=2)
-    with source.producer() as producer:
-        for i in range(400):
-            producer.send("payments", value=f"p{i}".encode(), partition=i % 2)
-    seen: list[bytes] = []
-    with source.consumer(
-        "payments", group_id="billing", auto_offset_reset="earliest", enable_auto_commit=False
-    ) as consumer:
-        while len(seen) < 150:
-            for records in consumer.poll(timeout_ms=500, max_records=50).values():
-                seen += [r.value for r in records]
-        consumer.commit()
-    committed = source.admin().describe_group("billing").offsets
+    seen, committed = commit_part_of_payments(source)
     wait_until(lambda: mirrored(shared_cluster, "a.payments", 400), 60, "a.payments mirrored")
     translated = wait_until(
         lambda: (
