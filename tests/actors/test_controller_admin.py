@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
 import time
