@@ -943,7 +943,8 @@ def _encode_batch(
     timestamps = batch.column(2)
     if timestamps.null_count:
         timestamps = timestamps.fill_null(-1)
-    records = _encode_records(
+    encode = _walk_encode if len(batch) <= _SMALL_BATCH_RECORDS else _encode_records
+    records = encode(
         keys,
         values,
         timestamps.to_numpy() - header.base_timestamp,
@@ -1060,6 +1061,63 @@ def _encode_records(
     _, bounds, data = joined.buffers()
     end = int(np.frombuffer(bounds, np.int32, count + 1)[-1])
     return data.slice(0, end)
+
+
+def _walk_encode(
+    keys: pa.Array,
+    values: pa.Array,
+    timestamp_deltas: np.ndarray,
+    offset_deltas: np.ndarray,
+    headers: pa.Array,
+) -> bytes:
+    """The records section of a few records, written in Python: the same bytes as
+    :func:`_encode_records` (a property test checks it).
+
+    A consumer caught up with a steady producer fetches a record or two at a time, and
+    the vectorized path's fixed cost (some fifty numpy and Arrow calls, 0.4 to 0.8 ms)
+    was then most of the listener's work per fetch; this takes about 15 us for such a
+    batch.
+    """
+    out = bytearray()
+    zigzag = _py_zigzag
+    record = bytearray()
+    for key, value, stamp, delta, entries in zip(
+        keys.to_pylist(),
+        values.to_pylist(),
+        timestamp_deltas.tolist(),
+        offset_deltas.tolist(),
+        headers.to_pylist(),
+        strict=True,
+    ):
+        record.clear()
+        record += b"\x00"  # attributes
+        record += zigzag(stamp)
+        record += zigzag(delta)
+        for piece in (key, value):
+            if piece is None:
+                record += b"\x01"  # zigzag(-1)
+            else:
+                if isinstance(piece, str):  # a JSON value made as text
+                    piece = piece.encode()
+                record += zigzag(len(piece))
+                record += piece
+        record += zigzag(len(entries) if entries else 0)
+        for entry in entries or ():
+            if entry is None:  # a null entry: an empty key, a null value
+                record += b"\x00\x01"
+                continue
+            name = entry["key"].encode() if entry["key"] is not None else b""
+            record += zigzag(len(name))
+            record += name
+            piece = entry["value"]
+            if piece is None:
+                record += b"\x01"
+            else:
+                record += zigzag(len(piece))
+                record += piece
+        out += zigzag(len(record))
+        out += record
+    return bytes(out)
 
 
 def _encode_headers(headers: pa.Array) -> tuple[np.ndarray | int, pa.Array | None]:

@@ -36,7 +36,7 @@ from raystream.kafka.records import (
 )
 from raystream.log import Log, LogConfig
 from raystream.log.batch import BatchEncoder
-from raystream.records import BYTES_SCHEMA, build_batch, record_schema
+from raystream.records import BYTES_SCHEMA, HEADERS_TYPE, build_batch, record_schema
 from raystream.transactions.markers import marker_batch
 
 START = 1_700_000_000_000
@@ -591,6 +591,43 @@ def test_any_records_round_trip_through_both_directions(
     assert [r.offset for r in rows] == list(range(base, base + len(records)))
     assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in rows] == records
     assert as_tuples(decode_produce(data)[0]) == records
+
+
+_header_entry = st.none() | st.fixed_dictionaries(
+    {"key": st.none() | st.text(max_size=8), "value": _maybe_bytes}
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    records=st.lists(
+        st.tuples(
+            st.integers(-(2**45), 2**45),
+            st.integers(0, 2**33),
+            _maybe_bytes,
+            _maybe_bytes | st.binary(min_size=100, max_size=300),
+            st.none() | st.lists(_header_entry, max_size=3),
+        ),
+        min_size=1,
+        max_size=16,
+    )
+)
+def test_small_batches_written_in_python_match_the_vectorized_path(
+    records: list[tuple[Any, ...]],
+) -> None:
+    """A few records are written by a Python walk (cheaper than the vectorized path's
+    fixed cost): the same bytes, for any keys, values, deltas and headers (null lists,
+    null entries, null header keys and values included)."""
+    stamps, deltas, keys, values, headers = (list(c) for c in zip(*records, strict=True))
+    columns = (
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        np.array(stamps, np.int64),
+        np.array(deltas, np.int64),
+        pa.array(headers, HEADERS_TYPE),
+    )
+    walked = kafka_records._walk_encode(*columns)
+    assert walked == kafka_records._encode_records(*columns).to_pybytes()
 
 
 def test_a_typed_topic_marker_is_a_control_batch_with_kafka_s_value() -> None:
