@@ -162,7 +162,7 @@ def test_offset_delta_widths_change_within_a_batch(count: int) -> None:
 
 def test_a_record_with_many_headers_among_plain_ones() -> None:
     many = [(f"h{j}", b"%d" % j) for j in range(300)]
-    records = [(START, None, b"v", many if i == 5 else []) for i in range(40)]
+    records = [(START, None, b"v", many if i == 5 else []) for i in range(100)]
     assert as_tuples(decode_produce(kafka_batch(records))[0]) == records
 
 
@@ -314,7 +314,7 @@ def test_fuzzed_records_decode_or_are_refused_cleanly(
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
-    count=st.integers(1, 16),
+    count=st.integers(1, 48),
     first=st.integers(0, 1000),
     flips=st.lists(st.tuples(st.integers(0, 2_000), st.integers(1, 255)), max_size=3),
 )
@@ -609,7 +609,7 @@ _header_entry = st.none() | st.fixed_dictionaries(
             st.none() | st.lists(_header_entry, max_size=3),
         ),
         min_size=1,
-        max_size=16,
+        max_size=48,
     )
 )
 def test_small_batches_written_in_python_match_the_vectorized_path(
