@@ -69,7 +69,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from raystream.errors import CorruptRecordError, InvalidRecordError
+from raystream.errors import CorruptRecordError, InvalidRecordError, RaystreamError
+from raystream.log import compact
 from raystream.log.batch import (
     ATTR_CONTROL,
     ATTR_LOG_APPEND_TIME,
@@ -214,6 +215,34 @@ def decode_produce_run(
             of the run (the caller decodes them one by one to tell which); also a
             payload that is not exactly one batch, or a batch with a producer id.
     """
+    records, count, base_timestamps, offset_deltas, codec = _open_run(payloads)
+    batch = _decode_records(
+        records,
+        count,
+        base_timestamps,
+        f"run of {len(payloads)} record batches",
+        produced=True,
+        offset_deltas=offset_deltas,
+    )
+    if value_schema is not None:
+        batch = _typed(batch, value_schema)
+    return ProducedBatch(
+        records=batch,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        transactional=False,
+        timestamp_type=0,
+        compression=codec,
+    )
+
+
+def _open_run(
+    payloads: Sequence[bytes | bytearray | memoryview | pa.Buffer],
+) -> tuple[bytes, int, np.ndarray, np.ndarray, str | None]:
+    """(the records of a run's batches joined, how many, each one's base timestamp and
+    offset delta within its batch, the first batch's codec), every batch checked as
+    :func:`decode_produce_run` says."""
     pieces: list[Any] = []
     counts: list[int] = []
     bases: list[int] = []
@@ -233,25 +262,48 @@ def decode_produce_run(
     count = sum(counts)
     starts = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
     base_timestamps = np.repeat(np.array(bases, dtype=np.int64), counts)
-    batch = _decode_records(
-        b"".join(pieces),
-        count,
-        base_timestamps,
-        f"run of {len(counts)} record batches",
-        produced=True,
-        offset_deltas=np.arange(count) - starts,
-    )
-    if value_schema is not None:
-        batch = _typed(batch, value_schema)
-    return ProducedBatch(
-        records=batch,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        transactional=False,
-        timestamp_type=0,
-        compression=codec,
-    )
+    return b"".join(pieces), count, base_timestamps, np.arange(count) - starts, codec
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+COMPACT_RUN_BYTES = 12 << 10
+"""The most key and value bytes (plus 64 per record) :func:`compact_run` writes: well
+under :data:`~raystream.log.compact.COMPACT_MAX_BYTES`, so the general path would store
+the same run compact too."""
+
+
+def compact_run(
+    payloads: Sequence[bytes | bytearray | memoryview | pa.Buffer],
+) -> bytes | None:
+    """A run of produce payloads (as :func:`decode_produce_run` takes them) straight to
+    the stored compact payload that ``encode_records`` of its decoded batch makes (a
+    property test checks they are the same bytes), without building Arrow arrays on the
+    way; None when the run is not the plain case this writes (compressed, with headers,
+    larger than :data:`COMPACT_RUN_BYTES`, or anything amiss), and the caller takes
+    :func:`decode_produce_run`, which also names what is wrong.
+
+    The Kafka listener's commonest produce, a steady producer's run of a few small
+    records, cost about 0.2 ms of CPU through Arrow (decode, then the compact encoder's
+    numpy calls per column) and costs some tens of microseconds this way.
+    """
+    try:
+        records, count, base_timestamps, offset_deltas, codec = _open_run(payloads)
+    except RaystreamError:
+        return None
+    if codec is not None or count > COMPACT_RUN_BYTES // 64:
+        return None
+    rows = _walk_rows(records, count, base_timestamps, True, offset_deltas)
+    if rows is None:
+        return None
+    keys, values, timestamps, headers = rows
+    if any(entries is not None for entries in headers):
+        return None
+    if not _INT64_MIN <= min(timestamps) <= max(timestamps) <= _INT64_MAX:
+        return None  # the general path refuses it
+    size = sum(len(k) for k in keys if k is not None) + sum(len(v) for v in values if v)
+    if size + 64 * count > COMPACT_RUN_BYTES:
+        return None
+    return compact.encode_rows(keys, values, timestamps)
 
 
 def produced_batch_key(
@@ -435,6 +487,33 @@ def _walk_records(
     this walk takes about 20 us for such a batch. It returns only for a batch that is
     valid in full, so the errors and their messages stay the vectorized path's alone.
     """
+    rows = _walk_rows(records, count, base_timestamp, produced, offset_deltas)
+    if rows is None:
+        return None
+    keys, values, timestamps, headers = rows
+    has_headers = any(entries is not None for entries in headers)
+    return pa.RecordBatch.from_arrays(
+        [
+            _small_binary(keys),
+            _small_binary(values),
+            pa.Array.from_buffers(
+                pa.int64(), count, [None, pa.py_buffer(array.array("q", timestamps))]
+            ),
+            pa.array(headers, HEADERS_TYPE) if has_headers else pa.nulls(count, HEADERS_TYPE),
+        ],
+        schema=BYTES_SCHEMA,
+    )
+
+
+def _walk_rows(
+    records: Any,
+    count: int,
+    base_timestamp: int | np.ndarray,
+    produced: bool,
+    offset_deltas: np.ndarray | None,
+) -> tuple[list[bytes | None], list[bytes | None], list[int], list[Any]] | None:
+    """The keys, values, timestamps and headers (None: none) of a few records, read in
+    Python; None when anything is amiss (see :func:`_walk_records`)."""
     raw = bytes(records)
     size = len(raw)
     keys: list[bytes | None] = []
@@ -496,18 +575,7 @@ def _walk_records(
         return None
     if position != size:
         return None
-    has_headers = any(entries is not None for entries in headers)
-    return pa.RecordBatch.from_arrays(
-        [
-            _small_binary(keys),
-            _small_binary(values),
-            pa.Array.from_buffers(
-                pa.int64(), count, [None, pa.py_buffer(array.array("q", timestamps))]
-            ),
-            pa.array(headers, HEADERS_TYPE) if has_headers else pa.nulls(count, HEADERS_TYPE),
-        ],
-        schema=BYTES_SCHEMA,
-    )
+    return keys, values, timestamps, headers
 
 
 def _small_binary(pieces: list[bytes | None]) -> pa.Array:

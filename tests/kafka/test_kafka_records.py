@@ -34,8 +34,9 @@ from raystream.kafka.records import (
     encode_stored,
     produced_batch_key,
 )
-from raystream.log import Log, LogConfig
+from raystream.log import Log, LogConfig, compact
 from raystream.log.batch import BatchEncoder
+from raystream.protocol import encode_records
 from raystream.records import BYTES_SCHEMA, HEADERS_TYPE, build_batch, record_schema
 from raystream.transactions.markers import marker_batch
 
@@ -193,6 +194,52 @@ def test_a_run_refuses_what_a_single_decode_refuses() -> None:
         decode_produce_run([good, kafka_batch(sample(2), producer=(7, 0, 0))])
     with pytest.raises(InvalidRecordError, match="more than one batch"):
         decode_produce_run([good, good + good])
+
+
+_plain_record = st.tuples(
+    st.integers(-(2**62), 2**62),
+    st.none() | st.binary(max_size=40),
+    st.none() | st.binary(max_size=300),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    run=st.lists(st.lists(_plain_record, min_size=1, max_size=12), min_size=1, max_size=8),
+    flips=st.lists(st.tuples(st.integers(0, 4_000), st.integers(1, 255)), max_size=2),
+)
+def test_a_plain_run_goes_straight_to_the_stored_payload(
+    run: list[list[tuple[Any, ...]]], flips: list[tuple[int, int]]
+) -> None:
+    """compact_run writes the bytes the general path (decode the run, then encode the
+    batch for the leader) writes, and leaves every refusal to it."""
+    payloads = [bytearray(kafka_batch([(t, k, v, []) for t, k, v in batch])) for batch in run]
+    for position, mask in flips:
+        payload = payloads[position % len(payloads)]
+        payload[position % len(payload)] ^= mask
+    payloads = [bytes(p) for p in payloads]
+    direct = kafka_records.compact_run(payloads)
+    try:
+        decoded = decode_produce_run(payloads)
+    except (CorruptRecordError, InvalidRecordError):
+        assert direct is None
+        return
+    general = bytes(encode_records(BatchEncoder(), decoded.records))
+    if direct is None:  # a run too large to be certain it is stored compact
+        assert len(general) > 4_000 or flips
+    else:
+        assert direct == general
+        assert direct[0] == compact.TAG
+
+
+def test_runs_compact_run_leaves_to_the_general_path() -> None:
+    with_headers = kafka_batch([(START, None, b"v", [("h", b"1")])])
+    compressed = kafka_batch(sample(3), "gzip")
+    identified = kafka_batch(sample(2), producer=(7, 0, 0))
+    large = kafka_batch([(START, None, b"x" * 13_000, [])])
+    for payloads in ([with_headers], [compressed], [identified], [large]):
+        assert kafka_records.compact_run(payloads) is None
+        decode_produce(payloads[0])  # each is fine, just not the plain case
 
 
 def test_kio_written_batch_decodes() -> None:
