@@ -59,6 +59,7 @@ from typing import Any
 from raystream.errors import InvalidRecordError, InvalidRequestError, RaystreamError
 from raystream.kafka.call import NONE, Call
 from raystream.kafka.records import (
+    compact_run,
     decode_produce,
     decode_produce_run,
     encode_fetch,
@@ -356,12 +357,29 @@ class _ProduceQueue:
             transactional=produced.transactional,
         )
 
+    def _compact(self, group: list[_Waiting], timeout_ms: int) -> ProduceRequest | None:
+        """Batches without producer ids of a byte topic written straight to the stored
+        payload (:func:`~raystream.kafka.records.compact_run`); None when they are not
+        the plain case that covers."""
+        key = group[0].key
+        if key is None or key[1] != 0 or group[0].value_schema is not None:
+            return None  # an identified, compressed or typed batch
+        payload = compact_run([i.records for i in group])
+        if payload is None:
+            return None
+        return ProduceRequest(
+            self.topic, self.partition, payload, acks=group[0].acks, timeout_ms=timeout_ms
+        )
+
     def _single(self, item: _Waiting) -> ProduceRequest:
         """One Kafka batch as one ProduceRequest.
 
         Raises:
             InvalidRecordError, CorruptRecordError: the batch is refused.
         """
+        compacted = self._compact([item], item.timeout_ms)
+        if compacted is not None:
+            return compacted
         batches = decode_produce(item.records, item.value_schema)
         if len(batches) != 1:  # as Kafka's broker: v3+ carries exactly one batch
             raise InvalidRecordError(
@@ -374,11 +392,14 @@ class _ProduceQueue:
     def _merged(self, group: list[_Waiting]) -> ProduceRequest | None:
         """A run of batches without producer ids as one ProduceRequest; None if one of
         them is refused (they are then decoded one by one)."""
+        timeout_ms = max(i.timeout_ms for i in group)
+        compacted = self._compact(group, timeout_ms)
+        if compacted is not None:
+            return compacted
         try:
             run = decode_produce_run([i.records for i in group], group[0].value_schema)
         except RaystreamError:
             return None
-        timeout_ms = max(i.timeout_ms for i in group)
         request = self._request(group[0], run.records, run, timeout_ms)
         if len(request.records) > MAX_RUN_BYTES:  # compressed batches that grew: one by one
             return None

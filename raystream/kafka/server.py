@@ -72,6 +72,7 @@ from raystream.kafka.codec import (
     peek_header,
     response_schema,
 )
+from raystream.kafka.fastpath import encode_fast
 from raystream.security.quotas import QuotaManager
 
 logger = logging.getLogger(__name__)
@@ -314,7 +315,7 @@ class KafkaServer:
             return self._metered(header, values, context, peer, len(frame), started)
         if values is None:
             return None
-        return encode_response(header, build(response_schema(api_key, version), values))
+        return _encode(header, values)
 
     def _metered(
         self,
@@ -334,14 +335,12 @@ class KafkaServer:
         )
         answer = None
         if values is not None:
-            schema = response_schema(header.api_key, header.api_version)
-            answer = encode_response(header, build(schema, values))
+            answer = _encode(header, values)
             if header.api_key == FETCH:
                 fetched = quotas.on_fetch_response(context.principal, client_id, len(answer))
                 throttle = max(throttle, fetched)
             if throttle > 0:
-                throttled = {**values, "throttle_time": throttle}
-                answer = encode_response(header, build(schema, throttled))
+                answer = _encode(header, {**values, "throttle_time": throttle})
         if throttle > 0:
             until = time.monotonic() + throttle / 1000
             self._muted[peer] = max(self._muted.get(peer, 0.0), until)
@@ -377,6 +376,17 @@ class KafkaServer:
     def _bad(self, peer: Any, what: str) -> None:
         self.closed_bad += 1
         logger.warning("Kafka listener: closed the connection from %s: %s", peer, what)
+
+
+def _encode(header: Header, values: Any) -> bytes:
+    """The answer frame of a handler's values: Produce and Fetch in their common shape
+    written directly (:mod:`raystream.kafka.fastpath`, the measured hot path), every
+    other answer built and written by kio."""
+    fast = encode_fast(header, values)
+    if fast is not None:
+        return fast
+    schema = response_schema(header.api_key, header.api_version)
+    return encode_response(header, build(schema, values))
 
 
 def _host(peer: Any) -> str:

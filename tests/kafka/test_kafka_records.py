@@ -34,9 +34,10 @@ from raystream.kafka.records import (
     encode_stored,
     produced_batch_key,
 )
-from raystream.log import Log, LogConfig
+from raystream.log import Log, LogConfig, compact
 from raystream.log.batch import BatchEncoder
-from raystream.records import BYTES_SCHEMA, build_batch, record_schema
+from raystream.protocol import encode_records
+from raystream.records import BYTES_SCHEMA, HEADERS_TYPE, build_batch, record_schema
 from raystream.transactions.markers import marker_batch
 
 START = 1_700_000_000_000
@@ -162,7 +163,7 @@ def test_offset_delta_widths_change_within_a_batch(count: int) -> None:
 
 def test_a_record_with_many_headers_among_plain_ones() -> None:
     many = [(f"h{j}", b"%d" % j) for j in range(300)]
-    records = [(START, None, b"v", many if i == 5 else []) for i in range(40)]
+    records = [(START, None, b"v", many if i == 5 else []) for i in range(100)]
     assert as_tuples(decode_produce(kafka_batch(records))[0]) == records
 
 
@@ -193,6 +194,52 @@ def test_a_run_refuses_what_a_single_decode_refuses() -> None:
         decode_produce_run([good, kafka_batch(sample(2), producer=(7, 0, 0))])
     with pytest.raises(InvalidRecordError, match="more than one batch"):
         decode_produce_run([good, good + good])
+
+
+_plain_record = st.tuples(
+    st.integers(-(2**62), 2**62),
+    st.none() | st.binary(max_size=40),
+    st.none() | st.binary(max_size=300),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    run=st.lists(st.lists(_plain_record, min_size=1, max_size=12), min_size=1, max_size=8),
+    flips=st.lists(st.tuples(st.integers(0, 4_000), st.integers(1, 255)), max_size=2),
+)
+def test_a_plain_run_goes_straight_to_the_stored_payload(
+    run: list[list[tuple[Any, ...]]], flips: list[tuple[int, int]]
+) -> None:
+    """compact_run writes the bytes the general path (decode the run, then encode the
+    batch for the leader) writes, and leaves every refusal to it."""
+    payloads = [bytearray(kafka_batch([(t, k, v, []) for t, k, v in batch])) for batch in run]
+    for position, mask in flips:
+        payload = payloads[position % len(payloads)]
+        payload[position % len(payload)] ^= mask
+    payloads = [bytes(p) for p in payloads]
+    direct = kafka_records.compact_run(payloads)
+    try:
+        decoded = decode_produce_run(payloads)
+    except (CorruptRecordError, InvalidRecordError):
+        assert direct is None
+        return
+    general = bytes(encode_records(BatchEncoder(), decoded.records))
+    if direct is None:  # a run too large to be certain it is stored compact
+        assert len(general) > 4_000 or flips
+    else:
+        assert direct == general
+        assert direct[0] == compact.TAG
+
+
+def test_runs_compact_run_leaves_to_the_general_path() -> None:
+    with_headers = kafka_batch([(START, None, b"v", [("h", b"1")])])
+    compressed = kafka_batch(sample(3), "gzip")
+    identified = kafka_batch(sample(2), producer=(7, 0, 0))
+    large = kafka_batch([(START, None, b"x" * 13_000, [])])
+    for payloads in ([with_headers], [compressed], [identified], [large]):
+        assert kafka_records.compact_run(payloads) is None
+        decode_produce(payloads[0])  # each is fine, just not the plain case
 
 
 def test_kio_written_batch_decodes() -> None:
@@ -314,7 +361,7 @@ def test_fuzzed_records_decode_or_are_refused_cleanly(
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
-    count=st.integers(1, 16),
+    count=st.integers(1, 48),
     first=st.integers(0, 1000),
     flips=st.lists(st.tuples(st.integers(0, 2_000), st.integers(1, 255)), max_size=3),
 )
@@ -591,6 +638,43 @@ def test_any_records_round_trip_through_both_directions(
     assert [r.offset for r in rows] == list(range(base, base + len(records)))
     assert [(r.timestamp, r.key, r.value, list(r.headers)) for r in rows] == records
     assert as_tuples(decode_produce(data)[0]) == records
+
+
+_header_entry = st.none() | st.fixed_dictionaries(
+    {"key": st.none() | st.text(max_size=8), "value": _maybe_bytes}
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    records=st.lists(
+        st.tuples(
+            st.integers(-(2**45), 2**45),
+            st.integers(0, 2**33),
+            _maybe_bytes,
+            _maybe_bytes | st.binary(min_size=100, max_size=300),
+            st.none() | st.lists(_header_entry, max_size=3),
+        ),
+        min_size=1,
+        max_size=48,
+    )
+)
+def test_small_batches_written_in_python_match_the_vectorized_path(
+    records: list[tuple[Any, ...]],
+) -> None:
+    """A few records are written by a Python walk (cheaper than the vectorized path's
+    fixed cost): the same bytes, for any keys, values, deltas and headers (null lists,
+    null entries, null header keys and values included)."""
+    stamps, deltas, keys, values, headers = (list(c) for c in zip(*records, strict=True))
+    columns = (
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        np.array(stamps, np.int64),
+        np.array(deltas, np.int64),
+        pa.array(headers, HEADERS_TYPE),
+    )
+    walked = kafka_records._walk_encode(*columns)
+    assert walked == kafka_records._encode_records(*columns).to_pybytes()
 
 
 def test_a_typed_topic_marker_is_a_control_batch_with_kafka_s_value() -> None:
