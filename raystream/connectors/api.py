@@ -46,7 +46,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from raystream.types import TopicPartition
 
@@ -313,6 +315,35 @@ class SinkConnector(Connector):
         """``max_tasks`` tasks with the connector's config: the group's assignment
         shares the topic partitions among them."""
         return [dict(self.config) for _ in range(max(1, max_tasks))]
+
+
+def partition_runs(batch: pa.Table) -> list[tuple[TopicPartition, int, int]]:
+    """The runs of consecutive rows of one topic partition in a sink batch, in batch
+    order, as ``(tp, start, stop)`` row ranges.
+
+    A batch as the framework hands it holds each partition in one run (partitions
+    follow each other); a transform that routes rows (``RegexRouter``,
+    ``TimestampRouter``) may interleave them, and then a partition has several runs.
+    Found by comparing each row's topic and partition with the previous row's over
+    whole columns: for the usual batch of one partition that is two vectorized
+    comparisons, no group-by and no per-row Python. For example, partitions
+    ``[1, 1, 0, 0, 1]`` of one topic ``t`` give ``[(t-1, 0, 2), (t-0, 2, 4), (t-1, 4, 5)]``.
+    """
+    rows = batch.num_rows
+    if rows == 0:
+        return []
+    topics = batch.column("topic")
+    partitions = batch.column("partition").to_numpy()
+    changes = partitions[1:] != partitions[:-1]
+    if rows > 1:
+        renamed = pc.not_equal(topics.slice(1), topics.slice(0, rows - 1))
+        changes |= renamed.to_numpy(zero_copy_only=False)
+    starts = [0, *(np.flatnonzero(changes) + 1).tolist()]
+    stops = [*starts[1:], rows]
+    return [
+        (TopicPartition(topics[start].as_py(), int(partitions[start])), start, stop)
+        for start, stop in zip(starts, stops, strict=True)
+    ]
 
 
 def sink_records(batch: pa.Table) -> list[SinkRecord]:

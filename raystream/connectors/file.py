@@ -70,7 +70,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from raystream.connectors.api import (
@@ -80,6 +79,7 @@ from raystream.connectors.api import (
     SourceConnector,
     SourceTask,
     Task,
+    partition_runs,
 )
 from raystream.connectors.formats import (
     FORMATS,
@@ -299,27 +299,17 @@ class DirectorySourceConnector(SourceConnector):
 def split_partitions(batch: pa.Table) -> Iterator[tuple[TopicPartition, pa.Table]]:
     """The rows of each topic partition of a sink batch, in batch order.
 
-    A batch usually holds one partition: that case costs two min/max scans; otherwise
-    Arrow's group-by lists each partition's row indices.
+    A batch usually holds each partition in one run (:func:`partition_runs`), and then
+    each is a zero-copy slice of the batch; a partition in several runs (rows
+    interleaved by a routing transform) is the concatenation of its runs' slices.
     """
-    if batch.num_rows == 0:
-        return
-    topics = pc.min_max(batch.column("topic"))
-    partitions = pc.min_max(batch.column("partition"))
-    if topics["min"] == topics["max"] and partitions["min"] == partitions["max"]:
-        yield TopicPartition(topics["min"].as_py(), partitions["min"].as_py()), batch
-        return
-    rows = batch.select(["topic", "partition"]).append_column(
-        "row", pa.array(np.arange(batch.num_rows))
-    )
-    groups = rows.group_by(["topic", "partition"], use_threads=False).aggregate([("row", "list")])
-    for topic, partition, indices in zip(
-        groups.column("topic").to_pylist(),
-        groups.column("partition").to_pylist(),
-        groups.column("row_list").chunks[0] if groups.num_rows else [],
-        strict=True,
-    ):
-        yield TopicPartition(topic, partition), batch.take(indices.values)
+    runs: dict[TopicPartition, list[pa.Table]] = {}
+    for tp, start, stop in partition_runs(batch):
+        runs.setdefault(tp, []).append(
+            batch if stop - start == batch.num_rows else batch.slice(start, stop - start)
+        )
+    for tp, parts in runs.items():
+        yield tp, parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
 
 @dataclass

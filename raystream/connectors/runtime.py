@@ -49,7 +49,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.connectors import storage
-from raystream.connectors.api import SinkTask, SourceBatch, SourceRecord, SourceTask, Task
+from raystream.connectors.api import (
+    SinkTask,
+    SourceBatch,
+    SourceRecord,
+    SourceTask,
+    Task,
+    partition_runs,
+)
 from raystream.errors import (
     ConnectError,
     InvalidConfigError,
@@ -160,7 +167,9 @@ def _column_fn(
     def apply(batch: pa.Table) -> pa.Table:
         if name not in batch.column_names:
             return batch
-        column = batch.column(name).combine_chunks()
+        column = batch.column(name)
+        # One chunk (a poll of one fetch) is handed over as it is: combining would copy.
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         converted = convert(column)
         return batch.set_column(batch.schema.get_field_index(name), name, converted)
 
@@ -711,29 +720,12 @@ class SinkTaskRunner(TaskRunner):
 
 
 def _next_offsets(batch: pa.Table) -> dict[TopicPartition, int]:
-    """``{tp: last offset + 1}`` of a sink batch (rows in partition order)."""
-    if batch.num_rows == 0:
-        return {}
-    grouped = (
-        pa.table(
-            {
-                "topic": batch.column("topic"),
-                "partition": batch.column("partition"),
-                "offset": batch.column("offset"),
-            }
-        )
-        .group_by(["topic", "partition"])
-        .aggregate([("offset", "max")])
-    )
-    return {
-        TopicPartition(t, p): o + 1
-        for t, p, o in zip(
-            grouped.column("topic").to_pylist(),
-            grouped.column("partition").to_pylist(),
-            grouped.column("offset_max").to_pylist(),
-            strict=True,
-        )
-    }
+    """``{tp: last offset + 1}`` of a sink batch (offsets ascending within a partition)."""
+    offsets = batch.column("offset")
+    ends: dict[TopicPartition, int] = {}
+    for tp, _, stop in partition_runs(batch):
+        ends[tp] = max(ends.get(tp, 0), offsets[stop - 1].as_py() + 1)
+    return ends
 
 
 def runner_for(env: TaskEnv) -> TaskRunner:

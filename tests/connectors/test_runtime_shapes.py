@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from raystream.cli.connect import read_config_file
-from raystream.connectors.api import SourceBatch, SourceRecord
+from raystream.connectors.api import SourceBatch, SourceRecord, partition_runs
+from raystream.connectors.file import split_partitions
 from raystream.connectors.runtime import _next_offsets, _to_topic_table, sink_batch, source_table
 from raystream.errors import ConnectError, InvalidConfigError
 from raystream.records import HEADERS_TYPE
@@ -49,6 +50,39 @@ def test_a_typed_topics_columns_become_one_struct_value_for_sinks() -> None:
 def test_the_next_offsets_of_a_sink_batch_are_per_partition() -> None:
     batch = sink_batch(polled(value=pa.array([b"1", b"2", b"3"])))
     assert _next_offsets(batch) == {TopicPartition("t", 1): 7, TopicPartition("t", 0): 10}
+
+
+def routed() -> pa.Table:
+    """A sink batch whose rows a routing transform interleaved: t-1, t-1, u-1, t-0, t-1."""
+    return pa.table(
+        {
+            "topic": pa.chunked_array([["t", "t"], ["u", "t", "t"]]),
+            "partition": pa.array([1, 1, 1, 0, 1], pa.int32()),
+            "offset": pa.array([3, 4, 5, 8, 6], pa.int64()),
+        }
+    )
+
+
+def test_partition_runs_follow_topic_and_partition_changes_in_batch_order() -> None:
+    t0, t1, u1 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 1)
+    assert partition_runs(routed()) == [(t1, 0, 2), (u1, 2, 3), (t0, 3, 4), (t1, 4, 5)]
+    assert partition_runs(routed().slice(3, 1)) == [(t0, 0, 1)]
+    assert partition_runs(routed().slice(0, 0)) == []
+
+
+def test_a_partition_in_several_runs_is_split_out_whole_and_in_order() -> None:
+    parts = {tp: rows.column("offset").to_pylist() for tp, rows in split_partitions(routed())}
+    assert parts == {
+        TopicPartition("t", 1): [3, 4, 6],
+        TopicPartition("u", 1): [5],
+        TopicPartition("t", 0): [8],
+    }
+    assert list(parts) == [TopicPartition("t", 1), TopicPartition("u", 1), TopicPartition("t", 0)]
+    assert _next_offsets(routed()) == {
+        TopicPartition("t", 1): 7,
+        TopicPartition("u", 1): 6,
+        TopicPartition("t", 0): 9,
+    }
 
 
 def test_records_and_batches_of_a_source_give_rows_and_the_latest_offsets() -> None:
