@@ -267,6 +267,15 @@ class Connector(ABC):
         """
         return None
 
+    def validate_for_workers(self, config: Mapping[str, str], namespace: str) -> None:
+        """Raise ``InvalidConfigError`` naming the key when ``config`` cannot work on
+        Connect workers of the raystream cluster ``namespace``: their tasks read and
+        write that cluster's topics, so a config that points the records elsewhere
+        must be refused rather than silently written there. Called after
+        :meth:`validate`; the default accepts every config.
+        """
+        return None
+
     config: dict[str, str]
 
     def start(self, config: dict[str, str]) -> None:

@@ -203,6 +203,7 @@ class Herder:
             connector = cls()
             connector.context = context
             connector.validate(config)
+            connector.validate_for_workers(config, self.cluster.namespace)
             connector.start(dict(config))
         except Exception as error:
             unit = _ConnectorUnit(None, context)  # type: ignore[arg-type]

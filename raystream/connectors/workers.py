@@ -207,6 +207,7 @@ class Workers:
                 "give exactly-once delivery"
             )
         connector.validate(config)
+        connector.validate_for_workers(config, self.cluster.namespace)
         return {**config, "name": name}
 
     # -------------------------------------------------------------- the API

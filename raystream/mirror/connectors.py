@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.connectors.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
-from raystream.errors import ConnectError, RaystreamError
+from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
 from raystream.mirror.clusters import Delivery, SourceCluster, TargetCluster, open_cluster
 from raystream.mirror.config import FlowSettings
 from raystream.mirror.offsets import Checkpoint, Heartbeat, OffsetSync, OffsetSyncStore
@@ -83,10 +83,53 @@ def spread(items: Sequence[Any], max_tasks: int) -> list[list[Any]]:
     return [list(items[i::count]) for i in range(count) if items[i::count]]
 
 
+def check_workers_target(flow: FlowSettings, namespace: str) -> None:
+    """Refuse a flow whose target is not the raystream cluster ``namespace`` of the
+    Connect workers that would run it.
+
+    On Connect workers a MirrorMaker connector's tasks hand their records to the
+    workers, which write them into their own cluster (as in Kafka Connect, where MM2's
+    connectors write into the Connect cluster's Kafka): a flow naming another target
+    would create remote topics there and send the records here.
+
+    Raises:
+        InvalidConfigError: naming the ``target.cluster.*`` key at fault and the two
+            ways that work.
+    """
+    target = flow.target
+    fix = (
+        f"on Connect workers the records are written into the workers' own cluster: set "
+        f"target.cluster.raystream.namespace={namespace}, or run this flow with "
+        f"'raystream mirror --config FILE' or rs.mirror.MirrorMaker(target=...), which "
+        f"write into any target"
+    )
+    if not target.is_raystream:
+        raise InvalidConfigError(
+            f"target.cluster.alias={target.alias!r} is a Kafka-protocol cluster "
+            f"(target.cluster.bootstrap.servers={target.kafka.get('bootstrap.servers')!r}); " + fix
+        )
+    if target.namespace != namespace:
+        raise InvalidConfigError(
+            f"target.cluster.raystream.namespace={target.namespace!r} is not the Connect "
+            f"workers' cluster ({namespace!r}); " + fix
+        )
+
+
+class _FlowConnector(SourceConnector):
+    """What MirrorMaker's three connectors share: a flow's config (MM2's connector
+    keys), checked, and on Connect workers a target that is the workers' cluster."""
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        _flow(config)
+
+    def validate_for_workers(self, config: Mapping[str, str], namespace: str) -> None:
+        check_workers_target(_flow(config), namespace)
+
+
 # ------------------------------------------------------------------ source
 
 
-class MirrorSourceConnector(SourceConnector):
+class MirrorSourceConnector(_FlowConnector):
     """Plans the mirroring of the flow's topics; keeps remote topics in shape."""
 
     def __init__(self) -> None:
@@ -97,9 +140,6 @@ class MirrorSourceConnector(SourceConnector):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-
-    def validate(self, config: Mapping[str, str]) -> None:
-        _flow(config)
 
     def start(self, config: dict[str, str]) -> None:
         self.config = dict(config)
@@ -390,7 +430,7 @@ class MirrorSourceTask(SourceTask):
 # ------------------------------------------------------------------ checkpoints
 
 
-class MirrorCheckpointConnector(SourceConnector):
+class MirrorCheckpointConnector(_FlowConnector):
     """Splits the source's consumer groups (by ``groups``) among checkpoint tasks."""
 
     def start(self, config: dict[str, str]) -> None:
@@ -555,7 +595,7 @@ class MirrorCheckpointTask(SourceTask):
 # ------------------------------------------------------------------ heartbeats
 
 
-class MirrorHeartbeatConnector(SourceConnector):
+class MirrorHeartbeatConnector(_FlowConnector):
     """One task writing heartbeats, so a consumer of the target can tell the flow is up
     (and, mirrored back, how far behind it runs)."""
 

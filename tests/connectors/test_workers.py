@@ -21,7 +21,7 @@ import tiny_connectors
 from ray import cloudpickle
 
 from raystream.connectors.datalake import load_table
-from raystream.errors import ConnectError
+from raystream.errors import ConnectError, InvalidConfigError
 from raystream.types import TopicPartition
 
 GROUP = "cx"
@@ -412,3 +412,29 @@ def test_a_jsonl_file_lands_once_in_a_parquet_lake_and_an_iceberg_table(
     rows = load_table(iceberg).scan().to_arrow().sort_by("id")
     assert rows.column("id").to_pylist() == list(range(FILE_RECORDS))
     assert rows.column("country").to_pylist() == [COUNTRIES[i % 3] for i in range(FILE_RECORDS)]
+
+
+def test_a_mirror_maker_connector_aimed_at_another_cluster_is_refused(
+    workers: Any, shared_cluster: Any
+) -> None:
+    """A MirrorMaker connector on the workers writes into the workers' cluster: a
+    Kafka target alias (or another namespace) is refused when the connector is created."""
+    flow = {
+        "connector.class": "MirrorSourceConnector",
+        "source.cluster.alias": "upstream",
+        "source.cluster.bootstrap.servers": "127.0.0.1:1",
+        "topics": "orders",
+    }
+    kafka = {
+        **flow,
+        "target.cluster.alias": "backup",
+        "target.cluster.bootstrap.servers": "127.0.0.1:2",
+    }
+    with pytest.raises(InvalidConfigError, match=r"target\.cluster\.alias='backup' is a Kafka"):
+        workers.create("mirror-to-kafka", kafka)
+    other = {**flow, "target.cluster.alias": "here", "target.cluster.raystream.namespace": "x"}
+    with pytest.raises(InvalidConfigError, match=r"target\.cluster\.raystream\.namespace='x'"):
+        workers.create("mirror-elsewhere", other)
+    assert "mirror-to-kafka" not in workers.list()
+    here = {**other, "target.cluster.raystream.namespace": shared_cluster.namespace}
+    assert workers.validate("mirror-here", here)["name"] == "mirror-here"

@@ -11,6 +11,7 @@ from raystream.mirror.config import (
     flows_from_properties,
     parse_properties,
 )
+from raystream.mirror.connectors import check_workers_target
 
 MM2 = """
 # two clusters, one direction enabled
@@ -141,3 +142,22 @@ def test_connector_configs_carry_bytes_converters_for_a_connect_worker() -> None
     config = flow.to_connector_config()
     assert config["value.converter"].endswith("ByteArrayConverter")
     assert config["key.converter"] == config["value.converter"]
+
+
+def test_on_connect_workers_a_flow_must_target_the_workers_cluster() -> None:
+    """The workers write a MirrorMaker connector's records into their own cluster, so a
+    flow aimed elsewhere is refused, naming the key, instead of splitting the remote
+    topics (created on the target) from the records (written here)."""
+    (into_raystream,) = flows_from_properties(parse_properties(MM2))
+    check_workers_target(into_raystream, "raystream")
+    with pytest.raises(InvalidConfigError, match=r"target\.cluster\.raystream\.namespace='rays"):
+        check_workers_target(into_raystream, "elsewhere")
+    into_kafka = FlowSettings(
+        source=into_raystream.target, target=into_raystream.source, topics="orders"
+    )
+    with pytest.raises(
+        InvalidConfigError,
+        match=r"target\.cluster\.alias='primary' is a Kafka-protocol cluster "
+        r"\(target\.cluster\.bootstrap\.servers='kafka1:9092'\).*raystream mirror",
+    ):
+        check_workers_target(into_kafka, "raystream")
