@@ -36,13 +36,43 @@ class ConnectWorkerShell:
     def __init__(
         self, cluster: Any, group_id: str, slot: int, plugins: Mapping[str, type] | None = None
     ) -> None:
-        self.herder = Herder(cluster, group_id, slot, plugins)
+        self.namespace = cluster.namespace
+        self.group_id = group_id
+        self.slot = slot
+        self.herder = Herder(cluster, group_id, slot, plugins, fence=self._fence_others)
         self._thread = threading.Thread(target=self.herder.run, name="connect-herder", daemon=True)
         self._thread.start()
 
     def status(self) -> dict[str, Any]:
         """What the worker runs, its pid, and whether its loop is alive."""
         return {**self.herder.describe(), "pid": os.getpid(), "alive": self._thread.is_alive()}
+
+    def fence(self, units: list[tuple[str, int | None]], generation: int) -> None:
+        """Another worker of the group starts ``units`` (:meth:`Herder.fence`)."""
+        self.herder.fence([tuple(unit) for unit in units], generation)  # type: ignore[misc]
+
+    def _fence_others(self, units: list[tuple[str, int | None]], generation: int) -> None:
+        """Fence ``units`` on every other worker of the group, in parallel; a worker
+        that is gone runs nothing.
+
+        Raises:
+            ConnectError: a worker did not answer in time (the start waits a turn).
+        """
+        calls = []
+        for slot in worker_slots(self.namespace, self.group_id):
+            actor = None if slot == self.slot else _handle(self.namespace, self.group_id, slot)
+            if actor is not None:
+                calls.append((slot, actor.fence.remote(units, generation)))
+        for slot, ref in calls:
+            try:
+                ray.get(ref, timeout=FENCE_TIMEOUT_S)
+            except ray.exceptions.GetTimeoutError:
+                raise ConnectError(
+                    f"connect worker {slot} of group {self.group_id!r} did not stop "
+                    f"{units} within {FENCE_TIMEOUT_S} s"
+                ) from None
+            except CALL_ERRORS:  # gone (stopped, or dead and not restarted): runs nothing
+                pass
 
     def stop(self, timeout_s: float = 60.0) -> dict[str, Any]:
         """Stop every task (committing what it can) and the loop."""
@@ -57,6 +87,8 @@ ConnectWorkerActor = ray.remote(max_concurrency=4)(ConnectWorkerShell)
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
+#: How long a fenced worker may take to stop a unit (a task's stop waits up to 30 s).
+FENCE_TIMEOUT_S = 60.0
 
 
 def start_workers(

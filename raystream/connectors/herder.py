@@ -10,6 +10,17 @@ units; restart requests (only those written after the worker caught up: a restar
 worker starts everything anyway) restart the units they name. Every state change of
 a unit is written to the status topic.
 
+**Fencing.** Workers read the configs topic each at its own pace, so when the group's
+size changes a unit moving from worker A to worker B would run on both from the moment
+B reads the change until A does. So, as Kafka Connect revokes a task before assigning
+it elsewhere, B fences the unit before starting it: every other worker stops it and
+keeps it stopped until its own reading of the configs topic reaches B's *generation*
+(the offset of the last config record B applied; by then it assigns the unit as B
+does). A worker whose reading is newer than the fencer's and that runs the unit as its
+own keeps it (the fencer is the stale one, and the newer worker fenced it when it
+started the unit). A worker that cannot be reached runs nothing; one that does not
+answer in time holds the start back to the next turn.
+
 I/O through raystream's clients; no Ray import (the actor shell adds Ray).
 """
 
@@ -19,7 +30,7 @@ import logging
 import socket
 import threading
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from raystream.connectors import storage
@@ -32,6 +43,7 @@ from raystream.connectors.worker import (
     ConfigState,
     RestartRequest,
     UnitId,
+    assign,
     plan,
     restart_units,
 )
@@ -40,6 +52,10 @@ from raystream.errors import RaystreamError
 logger = logging.getLogger(__name__)
 
 TURN_S = 0.2
+
+#: Stops units on every other worker of the group until that worker has read the configs
+#: topic up to a generation (see "Fencing" above); returns once they all answered.
+Fence = Callable[[list[UnitId], int], None]
 
 
 class _ConnectorContext:
@@ -72,10 +88,17 @@ class Herder:
         group_id: the worker group (names the internal topics).
         slot: this worker's number.
         plugins: extra connector classes by name (``Workers(plugins=...)``).
+        fence: how this worker fences the units it starts on the other workers (the
+            actor shell calls them); None runs no fence (a group of one).
     """
 
     def __init__(
-        self, cluster: Any, group_id: str, slot: int, plugins: Mapping[str, type] | None = None
+        self,
+        cluster: Any,
+        group_id: str,
+        slot: int,
+        plugins: Mapping[str, type] | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.cluster = cluster
         self.group_id = group_id
@@ -88,19 +111,21 @@ class Herder:
         self.connectors: dict[str, _ConnectorUnit] = {}
         self.tasks: dict[tuple[str, int], TaskRunner] = {}
         self.caught_up = False
+        self.fence_others = fence
+        #: unit -> the generation another worker fenced it at: not started here before
+        #: this worker's reading of the configs topic reaches it.
+        self.fenced: dict[UnitId, int] = {}
         self._tail: storage.Tail | None = None
         self._stop = threading.Event()
+        # Held by the loop's turn and by fences from other workers (never while this
+        # worker waits for theirs: two workers fencing each other must not deadlock).
+        self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- the loop
 
     def run(self) -> None:
         """Turn until :meth:`stop`; a turn's error is logged and the loop goes on."""
-        self.store.ensure_topics()
-        self._tail = storage.Tail(self.cluster, self.store.configs_topic)
-        for offset, key, value in self._tail.read_to_end():
-            if key is not None:
-                self.state.apply(offset, key.decode(), storage.decode(value))
-        self.caught_up = True
+        self.catch_up()
         while not self._stop.is_set():
             try:
                 self.turn()
@@ -113,27 +138,54 @@ class Herder:
             self._stop.wait(TURN_S)
         self.shutdown()
 
+    def catch_up(self) -> None:
+        """Replay the configs topic to its end (before the first turn)."""
+        self.store.ensure_topics()
+        self._tail = storage.Tail(self.cluster, self.store.configs_topic)
+        with self._lock:
+            for offset, key, value in self._tail.read_to_end():
+                if key is not None:
+                    self.state.apply(offset, key.decode(), storage.decode(value))
+            self.caught_up = True
+
     def turn(self) -> None:
-        """Read new config records, then reconcile what runs with what should."""
+        """Read new config records, then reconcile what runs with what should: stop
+        first, fence the units to start on the other workers, then start them."""
         assert self._tail is not None
         restarts: list[RestartRequest] = []
-        for offset, key, value in self._tail.poll():
-            if key is None:
-                continue
-            request = self.state.apply(offset, key.decode(), storage.decode(value))
-            if request is not None:
-                restarts.append(request)
-        self.reconcile()
-        for request in restarts:
-            self.restart(request)
-        self.reconfigure()
+        with self._lock:
+            for offset, key, value in self._tail.poll():
+                if key is None:
+                    continue
+                request = self.state.apply(offset, key.decode(), storage.decode(value))
+                if request is not None:
+                    restarts.append(request)
+            self.fenced = {u: g for u, g in self.fenced.items() if g > self.state.offset}
+            starts = self._stop_units()
+            generation = self.state.offset
+        if starts and self.fence_others is not None:
+            try:
+                self.fence_others([unit for unit, _ in starts], generation)
+            except Exception as error:  # not fenced everywhere: start them at a later turn
+                logger.warning("connect worker %s: fencing failed: %s", self.worker_id, error)
+                starts = []
+        with self._lock:
+            for unit, config in starts:
+                if unit not in self.fenced and unit not in self.running:
+                    self._start_unit(unit, config)
+            self._follow_target_states()
+            for request in restarts:
+                self.restart(request)
+            self.reconfigure()
 
-    def reconcile(self) -> None:
+    def _stop_units(self) -> list[tuple[UnitId, dict[str, Any]]]:
+        """Stop what :func:`plan` says; the units to start that no fence holds back."""
         decided = plan(self.state, self.slot, self.running)
         for unit in decided.stop:
             self._stop_unit(unit, deleted=unit[0] not in self.state.connectors)
-        for unit, config in decided.start:
-            self._start_unit(unit, config)
+        return [(unit, config) for unit, config in decided.start if unit not in self.fenced]
+
+    def _follow_target_states(self) -> None:
         for (name, _), runner in self.tasks.items():
             if self.state.target_state(name) == STARTED:
                 runner.resume()
@@ -144,6 +196,20 @@ class Herder:
             if unit.state in (RUNNING, PAUSED) and unit.state != target:
                 unit.state = target
                 self._report((name, None), target, None)
+
+    def fence(self, units: list[UnitId], generation: int) -> None:
+        """Another worker starts ``units``, having read the configs topic up to
+        ``generation``: stop them here and start none of them before this worker's
+        reading reaches it, unless this worker's reading is newer and gives it the
+        unit (see "Fencing" in the module docstring). Returns once they are stopped."""
+        with self._lock:
+            own = set(assign(self.state).get(self.slot, []))
+            for unit in units:
+                if generation < self.state.offset and unit in own:
+                    continue  # the fencer is behind; it will find the unit is ours
+                if unit in self.running:
+                    self._stop_unit(unit, deleted=False)
+                self.fenced[unit] = max(self.fenced.get(unit, -1), generation)
 
     def restart(self, request: RestartRequest) -> None:
         states: dict[UnitId, str] = {}
@@ -294,11 +360,14 @@ class Herder:
 
     def shutdown(self) -> None:
         """Stop every unit (tasks commit what they can) and close the clients."""
-        for unit in sorted(self.running, key=lambda u: (u[1] is None, u)):
-            try:
-                self._stop_unit(unit, deleted=False)
-            except Exception as error:
-                logger.warning("connect worker %s: stopping %s: %s", self.worker_id, unit, error)
+        with self._lock:
+            for unit in sorted(self.running, key=lambda u: (u[1] is None, u)):
+                try:
+                    self._stop_unit(unit, deleted=False)
+                except Exception as error:
+                    logger.warning(
+                        "connect worker %s: stopping %s: %s", self.worker_id, unit, error
+                    )
         if self._tail is not None:
             self._tail.close()
         self.store.close()

@@ -17,10 +17,9 @@ b-1, b-2), dealing them to the slots in turn::
     slot 1: connector b, task b-0
     slot 2: tasks a-0, b-1
 
-When the count changes, a unit that moves may run on its old and its new worker for
-a moment (each worker acts on its own reading of the topic): a sink task is safe (its
-consumer group hands each partition to one member), an exactly-once source task is
-fenced by its transactional id, an at-least-once source task may write a batch twice.
+When the count changes, a unit moves between workers that each act on their own
+reading of the topic; the new worker fences the unit on the others before starting it
+(the herder's "Fencing"), so it never runs on two at once.
 
 :func:`plan` compares what a worker should run with what it runs and says what to
 stop and start: a unit whose config changed is stopped and started again.
