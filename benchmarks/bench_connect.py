@@ -14,6 +14,14 @@ on one local Ray; the source topic is filled with ``--records`` 100-byte records
   the lag of each record as its arrival time minus its (kept) source timestamp:
   p50 and p99 in milliseconds.
 
+MirrorMaker into Kafka (``--skip-kafka`` leaves it out): one raystream cluster is the
+source and a Tansu broker (the Kafka-protocol broker of ``benchmarks.peers``, memory
+storage, started here) the target. Its raw produce is confluent-kafka writing the same
+records into a Tansu topic with the mirror writer's own producer settings (acks=all,
+idempotent, ``linger.ms=5``), timed to the last acknowledgement; the mirror runs are
+timed from the flow's start until the remote topic's high watermark reaches every
+record, and set against the slower of raw consume (source) and raw produce (Tansu).
+
 Sink half (``benchmarks.connect_sink``): a file-to-Parquet directory sink on Connect's
 workers reading ``--sink-records`` records, against a raw ``poll_arrow`` consume of the
 same topic (target: at least 50%).
@@ -22,6 +30,7 @@ The mirror's throughput is set against the slower of raw consume and raw produce
 target: at least 50%). One command::
 
     python -m benchmarks.bench_connect [--records 200000] [--rate 20000] [--seconds 5]
+        [--skip-sink] [--skip-mirror] [--skip-kafka]
 """
 
 from __future__ import annotations
@@ -175,6 +184,127 @@ def bench_mirror(records: int, rate: int, seconds: float) -> list[tuple[str, flo
     return rows
 
 
+def kafka_produce(bootstrap: str, topic: str, records: int) -> float:
+    """Records/s of confluent-kafka writing ``records`` 100-byte values into partition 0
+    of a new ``topic``, one ``produce`` call per record (as the mirror's writer makes
+    them) with the writer's settings, timed after a first record (the connection's
+    set-up) until the last is acknowledged."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from raystream.mirror.kafka_cluster import PRODUCER_DEFAULTS
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_DEFAULTS})
+    value = b"x" * VALUE_BYTES
+    # One record first, untimed: connecting and the idempotent producer's id are the
+    # set-up a running mirror's writer has already done when its clock starts.
+    producer.produce(topic, value, partition=0)
+    producer.flush(30)
+    records -= 1
+    start = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:  # librdkafka's queue is full: let it drain
+                producer.poll(0.005)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise TimeoutError("raw produce into Tansu: records unacknowledged after 120 s")
+    return records / (time.perf_counter() - start)
+
+
+def kafka_end_offset(watcher: Any, topic: str) -> int:
+    """The high watermark of partition 0 of ``topic``, asked through the confluent-kafka
+    consumer ``watcher`` (0 while the topic does not exist)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    try:
+        return int(watcher.get_watermark_offsets(KafkaTP(topic, 0), timeout=5)[1])
+    except KafkaException:  # not created yet
+        return 0
+
+
+def mirror_into_kafka(
+    source: Any, bootstrap: str, topic: str, records: int, exactly_once: bool
+) -> float:
+    """Start a MirrorMaker raystream -> Tansu for ``topic``; records/s from its start
+    (as :func:`mirror_throughput`) until the remote topic's high watermark reaches
+    ``records`` (or the flow counts them all acknowledged)."""
+    from confluent_kafka import Consumer
+
+    from raystream.mirror import MirrorMaker
+
+    mm = MirrorMaker(
+        source,
+        source=source,
+        target={"bootstrap.servers": bootstrap},
+        topics=topic,
+        source_alias="src",
+        target_alias="tansu",
+        exactly_once=exactly_once,
+        config={"emit.heartbeats.enabled": "false", "emit.checkpoints.enabled": "false"},
+    )
+    mm.start()
+    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-watch"})
+    try:
+        t0 = time.perf_counter()
+        deadline, next_status = time.monotonic() + 600, time.monotonic() + 0.5
+        while kafka_end_offset(watcher, f"src.{topic}") < records:
+            now = time.monotonic()
+            if now > next_status:
+                # Tansu's high watermark may stay a few hundred records behind what it
+                # acknowledged until the next write: then the flow's own count of
+                # acknowledged records says when it is done.
+                status, next_status = mm.status(), now + 0.5
+                if status["state"] == "FAILED":
+                    raise RuntimeError(f"the mirror into Tansu failed: {status['error']}")
+                if status["records"] >= records:
+                    break
+            if now > deadline:
+                raise TimeoutError(f"the mirror into Tansu did not finish {topic} in 600 s")
+            time.sleep(0.02)
+        return records / (time.perf_counter() - t0)
+    finally:
+        watcher.close()
+        mm.stop()
+
+
+def bench_mirror_kafka(records: int) -> list[tuple[str, float, str]]:
+    """The MirrorMaker raystream -> Tansu rows: (what, records/s, note)."""
+    from benchmarks.peers import _tansu_binary, tansu_broker
+
+    try:
+        binary = _tansu_binary()
+    except Exception as exc:  # no broker here: say so instead of failing the other rows
+        return [("mirror into Tansu", float("nan"), f"skipped: {exc}")]
+    rows: list[tuple[str, float, str]] = []
+    with local_cluster("bench-mirror-kafka") as source, tansu_broker(binary) as bootstrap:
+        runs = [False, True, False, True]
+        for i in range(len(runs)):
+            source.admin().create_topic(f"bulk-{i}", partitions=1)
+            fill(source, f"bulk-{i}", records)
+        consume = raw_consume(source, "bulk-0", records, max_poll_records=50_000)
+        produce = kafka_produce(bootstrap, "raw", records)
+        rows += [
+            ("raw consume (raystream)", consume, ""),
+            ("raw produce (Tansu)", produce, "confluent-kafka, the mirror writer's settings"),
+        ]
+        floor = min(consume, produce)
+        for i, exactly_once in enumerate(runs):
+            rps = mirror_into_kafka(source, bootstrap, f"bulk-{i}", records, exactly_once)
+            mode = "exactly-once" if exactly_once else "at-least-once"
+            rows.append(
+                (f"mirror {mode} #{i // 2 + 1}", rps, f"{rps / floor:.0%} of the slower raw")
+            )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -185,6 +315,7 @@ def main() -> None:
     )
     parser.add_argument("--skip-sink", action="store_true")
     parser.add_argument("--skip-mirror", action="store_true")
+    parser.add_argument("--skip-kafka", action="store_true", help="leave out raystream -> Tansu")
     args = parser.parse_args()
     print(machine_line("confluent-kafka"))
     if not args.skip_sink:
@@ -193,6 +324,9 @@ def main() -> None:
     if not args.skip_mirror:
         print(f"MirrorMaker, raystream -> raystream, {args.records} records of {VALUE_BYTES} B")
         _print_rows(bench_mirror(args.records, args.rate, args.seconds))
+    if not args.skip_kafka:
+        print(f"MirrorMaker, raystream -> Tansu, {args.records} records of {VALUE_BYTES} B")
+        _print_rows(bench_mirror_kafka(args.records))
 
 
 def _print_rows(rows: list[tuple[str, float, str]]) -> None:
