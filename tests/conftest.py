@@ -23,8 +23,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.xdist_schedule import SOLO_PATHS
-
 _namespaces = itertools.count()
 
 
@@ -45,11 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     it again (seconds each time, a Spark session's Java workers included); at the end
     of the session nothing comes after them.
 
-    Such tests sit in modules of their own, under :data:`tests.xdist_schedule.SOLO_PATHS`,
-    so that two xdist workers keep this order too and never run two of them side by
-    side (:mod:`tests.xdist_schedule`): one beside shared tests would run mid-session
-    and stop the Ray that the session- and package-wide clusters (Spark's, the Kafka
-    listener's) live on.
+    Such tests sit in modules of their own, so that a runner that hands out whole
+    modules (pytest-xdist's ``--dist loadscope``) keeps this order too: one beside
+    shared tests would run with its module, mid-session, and stop the Ray that the
+    session- and package-wide clusters (Spark's, the Kafka listener's) live on.
     """
     own = {item.nodeid.split("::")[0] for item in items if needs_own_ray(item)}
     mixed = sorted({item.nodeid.split("::")[0] for item in items if not needs_own_ray(item)} & own)
@@ -59,22 +56,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"{mixed}; move them to a module of their own"
         )
     items.sort(key=needs_own_ray)  # a stable sort: collection order otherwise
-    elsewhere = sorted(own - {path for path in own if path.startswith(SOLO_PATHS)})
-    if elsewhere:
-        raise pytest.UsageError(
-            f"tests that stop the session's Ray sit outside tests.xdist_schedule.SOLO_PATHS "
-            f"(two workers would run them side by side): {elsewhere}"
-        )
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadscope`` by package, the tests that need a Ray of their own last and
-    alone (:mod:`tests.xdist_schedule`); any other ``--dist`` as xdist has it."""
-    if config.getoption("dist") != "loadscope":
-        return None
-    from tests.xdist_schedule import SoloLastScheduling
-
-    return SoloLastScheduling(config, log)
 
 
 def ensure_local_ray() -> None:
