@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from raystream.kafka.codec import Header
+from raystream.log.compact import encode_uvarint
 
 PRODUCE, FETCH = 0, 1
 PRODUCE_VERSIONS = range(9, 14)
@@ -95,12 +96,12 @@ def _produce(values: Mapping[str, Any], version: int) -> list[bytes]:
     topic_key = "topic_id" if version >= 13 else "name"
     out: list[bytes] = []
     topics = _list(values.get("responses", ()))
-    out.append(_uvarint(len(topics) + 1))
+    out.append(encode_uvarint(len(topics) + 1))
     for topic in topics:
         _known(topic, (topic_key, "partition_responses"))
         out.append(_topic(topic, topic_key))
         partitions = _list(topic.get("partition_responses", ()))
-        out.append(_uvarint(len(partitions) + 1))
+        out.append(encode_uvarint(len(partitions) + 1))
         for part in partitions:
             _known(part, _PRODUCE_PARTITION)
             append_time = part.get("log_append_time")
@@ -133,12 +134,12 @@ def _fetch(values: Mapping[str, Any], version: int) -> list[bytes]:
         )
     ]
     topics = _list(values.get("responses", ()))
-    out.append(_uvarint(len(topics) + 1))
+    out.append(encode_uvarint(len(topics) + 1))
     for topic in topics:
         _known(topic, (topic_key, "partitions"))
         out.append(_topic(topic, topic_key))
         partitions = _list(topic.get("partitions", ()))
-        out.append(_uvarint(len(partitions) + 1))
+        out.append(encode_uvarint(len(partitions) + 1))
         for part in partitions:
             _known(part, _FETCH_PARTITION)
             out.append(
@@ -155,7 +156,7 @@ def _fetch(values: Mapping[str, Any], version: int) -> list[bytes]:
                 out.append(_NULL)
             else:
                 aborted = _list(aborted)
-                out.append(_uvarint(len(aborted) + 1))
+                out.append(encode_uvarint(len(aborted) + 1))
                 for entry in aborted:
                     _known(entry, _ABORTED)
                     out.append(
@@ -170,7 +171,7 @@ def _fetch(values: Mapping[str, Any], version: int) -> list[bytes]:
             else:
                 if not isinstance(records, bytes):
                     raise _Unusual
-                out.append(_uvarint(len(records) + 1))
+                out.append(encode_uvarint(len(records) + 1))
                 out.append(records)
             out.append(_NULL)  # tagged fields: none
         out.append(_NULL)
@@ -206,7 +207,7 @@ def _topic(topic: Mapping[str, Any], key: str) -> bytes:
     if not isinstance(name, str):
         raise _Unusual
     data = name.encode()
-    return _uvarint(len(data) + 1) + data
+    return encode_uvarint(len(data) + 1) + data
 
 
 def _nullable_string(value: Any) -> bytes:
@@ -215,15 +216,4 @@ def _nullable_string(value: Any) -> bytes:
     if not isinstance(value, str):
         raise _Unusual
     data = value.encode()
-    return _uvarint(len(data) + 1) + data
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_uvarint(len(data) + 1) + data

@@ -1282,13 +1282,7 @@ def _width(column: _Varints) -> np.ndarray | int:
 
 
 def _py_zigzag(value: int) -> bytes:
-    zigzag = ((value << 1) ^ (value >> 63)) & ((1 << 64) - 1)
-    out = bytearray()
-    while zigzag >= 0x80:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return compact.encode_uvarint(((value << 1) ^ (value >> 63)) & ((1 << 64) - 1))
 
 
 def _varint_rows(columns: Sequence[_Varints], count: int) -> pa.Array | pa.Scalar:

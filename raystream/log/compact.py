@@ -111,7 +111,7 @@ def encode(batch: pa.RecordBatch, codec: str | None) -> list[bytes]:
     """The compact payload of ``batch`` (an :func:`eligible` one), in pieces."""
     rows = batch.num_rows
     columns = batch.columns
-    body: list[bytes] = [_uvarint(rows)]
+    body: list[bytes] = [encode_uvarint(rows)]
     body.extend(_binary_column(columns[0], rows))
     body.extend(_binary_column(columns[1], rows))
     body.extend(_timestamp_column(columns[2], rows))
@@ -124,7 +124,7 @@ def encode(batch: pa.RecordBatch, codec: str | None) -> list[bytes]:
         return [_BYTE[TAG] + _BYTE[flags], *body]
     raw = b"".join(body)
     compressed = pa.Codec(codec).compress(raw, asbytes=True)
-    return [_BYTE[TAG] + _BYTE[flags], _uvarint(len(raw)), compressed]
+    return [_BYTE[TAG] + _BYTE[flags], encode_uvarint(len(raw)), compressed]
 
 
 def encode_rows(
@@ -135,14 +135,14 @@ def encode_rows(
     callers that read a few records in Python anyway (the Kafka listener's produce),
     where building Arrow arrays only to encode them would cost more than the rest."""
     rows = len(timestamps)
-    body = [_BYTE[TAG], _BYTE[0], _uvarint(rows)]
+    body = [_BYTE[TAG], _BYTE[0], encode_uvarint(rows)]
     body.extend(_binary_rows(keys, rows))
     body.extend(_binary_rows(values, rows))
     base = min(timestamps) if rows > 1 else timestamps[0]
     largest = max(timestamps) - base
     width = 0 if largest == 0 else _width(largest)
     body.append(_BYTE[width])
-    body.append(_uvarint(((base << 1) ^ (base >> 63)) & _U64))
+    body.append(encode_uvarint(((base << 1) ^ (base >> 63)) & _U64))
     if width:
         body.append(b"".join((t - base).to_bytes(width, "little") for t in timestamps))
     body.append(_BYTE[_ALL_NULL])  # headers: none
@@ -235,7 +235,7 @@ def _timestamp_column(array: pa.Array, rows: int) -> list[bytes]:
     return [
         _BYTE[width | (_BITMAP if nulls else 0)],
         bitmap,
-        _uvarint((base << 1) ^ (base >> 63)),
+        encode_uvarint((base << 1) ^ (base >> 63)),
         *pieces,
     ]
 
@@ -265,7 +265,9 @@ def _headers_column(array: pa.Array, rows: int) -> list[bytes]:
     return pieces
 
 
-def _uvarint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """An unsigned varint (protobuf's base-128, as Kafka's records and flexible
+    messages use), the one writer of them for the log and the Kafka listener."""
     if value < 0x80:
         return _BYTE[value]
     out = bytearray()
