@@ -424,8 +424,10 @@ def bench_kafka(
     value_bytes: int = 100,
     e2e_rate: int = 2000,
     e2e_seconds: float = 3.0,
+    throughput: bool = True,
 ) -> PeerResult:
-    """Measure Tansu (Kafka protocol) with confluent-kafka: throughput and e2e latency.
+    """Measure Tansu (Kafka protocol) with confluent-kafka: throughput and e2e latency
+    (without ``throughput``: only the end to end).
 
     * produce: ``producer.produce`` per record (``poll(0)`` every 1000) then
       ``flush``; linger.ms=5, batch.size=1 MB, acks=1, no compression, no
@@ -479,6 +481,7 @@ def bench_kafka(
                 e2e_rate,
                 e2e_seconds,
                 "broker storage is in memory only",
+                throughput,
             )
     except Exception as exc:  # never crash the caller's benchmark
         return PeerResult(name, None, None, None, None, f"failed: {exc!r}")
@@ -492,13 +495,16 @@ def measure_kafka_protocol(
     e2e_rate: int = 2000,
     e2e_seconds: float = 3.0,
     note: str = "",
+    throughput: bool = True,
 ) -> PeerResult:
     """confluent-kafka's produce, consume and end-to-end figures against any
     Kafka-protocol server at ``bootstrap`` (the workload of :func:`bench_kafka`): the
-    same client and settings for Tansu and for raystream's Kafka listener."""
+    same client and settings for Tansu and for raystream's Kafka listener (without
+    ``throughput``: only the end to end)."""
     result = PeerResult(name, None, None, None, None, note)
     try:
-        _kafka_throughput(bootstrap, result, records, value_bytes)
+        if throughput:
+            _kafka_throughput(bootstrap, result, records, value_bytes)
         p50, p99, e2e_note = _kafka_e2e(bootstrap, e2e_rate, e2e_seconds, value_bytes)
         result.e2e_p50_ms, result.e2e_p99_ms = p50, p99
         result.note = _join_notes(result.note, e2e_note)
