@@ -18,6 +18,7 @@ neither on the other's side of that line.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -41,7 +42,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raystream.dispatch import HANDLE
 from raystream.errors import BrokerNotAvailableError, RaystreamTimeoutError, SslAuthenticationError
 from raystream.java import provide_java
-from raystream.wire import Channel, Endpoint, settle
+from raystream.wire import Channel, Endpoint, LoopChannel, settle
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +234,7 @@ class _Lookup:
     def __init__(self) -> None:
         self.waiting: list[tuple[str, tuple[Any, ...], Future]] = []
         self.ref: Any = None  # the endpoint call: it must outlive its future
+        self.task: Any = None  # LoopRoutes: the task that awaits the endpoint
 
 
 _RAY = object()
@@ -308,6 +310,90 @@ class _Routes:
         with self._lock:
             if self._routes.get(actor) is channel:
                 del self._routes[actor]
+
+
+class LoopRoutes:
+    """How the coroutines of one event loop (a server actor's) reach each actor: a
+    :class:`~raystream.wire.LoopChannel`, Ray, or being found out.
+
+    :func:`send` for code on an event loop: the answer is read on that loop, with no
+    reader thread handing it over (see :class:`~raystream.wire.LoopChannel`). As with
+    :func:`send`, a call leaves when it is made, so the calls of the loop keep their
+    order to each actor: those made while the actor's endpoint is being asked for
+    wait in a list and leave in that order once it is known. Not thread-safe: one
+    loop's.
+    """
+
+    def __init__(self) -> None:
+        self._routes: dict[Any, Any] = {}
+
+    def send(self, actor: Any, request: Any) -> asyncio.Future:
+        """Send a typed request to the actor's ``handle`` now (over its direct path
+        where it serves one, else as a Ray call); a future of the answer (errors as
+        :func:`send`'s)."""
+        route = self._routes.get(actor)
+        if route is None or isinstance(route, _Lookup):
+            future = asyncio.get_running_loop().create_future()
+            if route is None:
+                route = self._routes[actor] = _Lookup()
+                route.ref = actor.endpoint.remote()
+                route.task = asyncio.ensure_future(self._find(actor, route))
+            route.waiting.append((HANDLE, (request,), future))
+            return future
+        return self._call(actor, route, HANDLE, (request,))
+
+    def _call(self, actor: Any, route: Any, method: str, args: tuple[Any, ...]) -> asyncio.Future:
+        if route is _RAY or method not in route.methods:
+            return asyncio.wrap_future(_ray_call(actor, method, args))
+        return route.call(method, args)
+
+    async def _find(self, actor: Any, lookup: _Lookup) -> None:
+        """The endpoint answer came: connect, then send what waited, in order."""
+        route: Any = _RAY
+        failure: BaseException | None = None
+        try:
+            endpoint: Endpoint | None = await lookup.ref
+            if endpoint is not None:
+                route = await LoopChannel.connect(
+                    endpoint, repr(actor), lambda channel: self._forget(actor, channel)
+                )
+        except DEAD_ACTOR_ERRORS as error:
+            failure = BrokerNotAvailableError(f"{actor!r} is gone: {error}")
+        except SslAuthenticationError as error:  # never a quiet way round TLS: fail, ask again
+            logger.error("direct path to %r: %s", actor, error)
+            failure = error
+        except (OSError, RayError) as error:  # unreachable from here: Ray calls it is
+            logger.info("no direct path to %r (%s): using Ray calls", actor, error)
+        if self._routes.get(actor) is lookup:
+            if failure is None:
+                self._routes[actor] = route
+            else:  # the next call asks again (a restarted actor has a new endpoint)
+                del self._routes[actor]
+        for method, args, future in lookup.waiting:
+            if failure is not None:
+                if not future.done():
+                    future.set_exception(failure)
+            else:
+                _chain_loop(self._call(actor, route, method, args), future)
+
+    def _forget(self, actor: Any, channel: Any) -> None:
+        """A lost connection: the next call asks the actor for its endpoint again."""
+        if self._routes.get(actor) is channel:
+            del self._routes[actor]
+
+
+def _chain_loop(source: asyncio.Future, target: asyncio.Future) -> None:
+    def copy(done: asyncio.Future) -> None:
+        if target.done():
+            return
+        if done.cancelled():
+            target.cancel()
+        elif done.exception() is not None:
+            target.set_exception(done.exception())
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
 
 
 def _ray_call(actor: Any, method: str, args: tuple[Any, ...]) -> Future:

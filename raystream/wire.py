@@ -328,6 +328,148 @@ class Channel:
         return BrokerNotAvailableError(f"connection to {self.name} lost: {error}")
 
 
+class LoopChannel:
+    """One connection to one actor's endpoint for the coroutines of one event loop.
+
+    The same frames as :class:`Channel`, without its reader thread: an answer is read
+    and its future settled on the loop that awaits it, so it costs no thread wake-up,
+    no GIL hand-over and no ``call_soon_threadsafe`` (the Kafka listener's hop to a
+    leader measured 0.5 ms p50 for those on the benchmark machine, paid by every
+    answer). :meth:`call` writes at once, so calls leave in the order they are made.
+    Open with :meth:`connect`; ``on_close`` runs once when the connection is lost.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        endpoint: Endpoint,
+        name: str,
+        on_close: Callable[[LoopChannel], None],
+    ) -> None:
+        self.name = name
+        self.methods = endpoint.methods
+        self._writer = writer
+        self._on_close = on_close
+        self._ids = itertools.count()
+        self._pending: dict[int, asyncio.Future] = {}
+        self._closed: BaseException | None = None
+        self._reading = asyncio.ensure_future(self._read(reader))
+
+    @classmethod
+    async def connect(
+        cls, endpoint: Endpoint, name: str, on_close: Callable[[LoopChannel], None]
+    ) -> LoopChannel:
+        """Connect (with TLS as the endpoint says) and present the token.
+
+        Raises:
+            OSError: the endpoint cannot be reached, or refused the token.
+            SslAuthenticationError: the TLS handshake failed.
+        """
+        where = f"{endpoint.host}:{endpoint.port}"
+        context = None
+        if endpoint.tls is not None:
+            try:
+                context = client_context(endpoint.tls)
+            except (ssl.SSLError, InvalidConfigError) as error:
+                raise SslAuthenticationError(f"TLS with {where} failed: {error}") from None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    endpoint.host,
+                    endpoint.port,
+                    ssl=context,
+                    server_hostname=endpoint.host if context is not None else None,
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+        except ssl.SSLError as error:
+            raise SslAuthenticationError(f"TLS with {where} failed: {error}") from None
+        except TimeoutError:
+            raise ConnectionError(f"{where} did not answer within {CONNECT_TIMEOUT_S} s") from None
+        try:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            writer.write(endpoint.token)
+            hello = await asyncio.wait_for(reader.readexactly(len(HELLO)), CONNECT_TIMEOUT_S)
+            if hello != HELLO:
+                raise ConnectionError(f"{where} refused the token")
+        except (asyncio.IncompleteReadError, TimeoutError):
+            writer.close()
+            raise ConnectionError(f"{where} refused the token") from None
+        except BaseException:
+            writer.close()
+            raise
+        return cls(reader, writer, endpoint, name, on_close)
+
+    def call(self, method: str, args: tuple[Any, ...]) -> asyncio.Future:
+        """Send ``method(*args)`` now; the future gets its answer or its exception."""
+        future = asyncio.get_running_loop().create_future()
+        if self._closed is not None:
+            future.set_exception(self._lost(self._closed))
+            return future
+        body, raws = _pickle((method, args))
+        call_id = next(self._ids)
+        self._pending[call_id] = future
+        head = _header(call_id, _REQUEST, body, raws)
+        try:
+            if raws:
+                self._writer.writelines([head, body, *raws])
+            else:
+                self._writer.write(head + body)
+        except (OSError, RuntimeError) as error:  # RuntimeError: the transport is closed
+            self._fail(error)
+        return future
+
+    async def drain(self) -> None:
+        """Wait while the connection's send buffer is full (flow control)."""
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()
+
+    def close(self) -> None:
+        """Close the connection; calls still waiting fail as lost."""
+        self._fail(ConnectionAbortedError("closed by the client"))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                call_id, kind, size, count = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+                lengths = await reader.readexactly(_LENGTH.size * count) if count else b""
+                body = await reader.readexactly(size)
+                buffers = [await reader.readexactly(size) for size in _sizes(lengths)]
+                try:
+                    value = pickle.loads(body, buffers=buffers)
+                except Exception as error:
+                    kind, value = _FAILURE, RaystreamError(f"undecodable answer: {error!r}")
+                future = self._pending.pop(call_id, None)
+                if future is not None and not future.done():
+                    if kind == _ANSWER:
+                        future.set_result(value)
+                    else:
+                        future.set_exception(value)
+        except (asyncio.IncompleteReadError, OSError) as error:
+            self._fail(error)
+        except asyncio.CancelledError:
+            self._fail(ConnectionAbortedError("closed"))
+            raise
+
+    def _fail(self, error: BaseException) -> None:
+        """Close and fail every waiting call."""
+        if self._closed is not None:
+            return
+        self._closed = error
+        pending, self._pending = self._pending, {}
+        self._writer.close()
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(self._lost(error))
+        self._on_close(self)
+
+    def _lost(self, error: BaseException) -> BrokerNotAvailableError:
+        return BrokerNotAvailableError(f"connection to {self.name} lost: {error}")
+
+
 def settle(future: Future, ok: bool, value: Any) -> None:
     """Give ``future`` its answer (``ok``) or exception, unless its caller cancelled it
     (an asyncio task awaiting it was cancelled)."""
@@ -494,4 +636,4 @@ class _TlsLink:
             self._in.write(memoryview(self._raw)[:count])
 
 
-__all__ = ["HELLO", "Channel", "DirectListener", "Endpoint", "Server", "settle"]
+__all__ = ["HELLO", "Channel", "DirectListener", "Endpoint", "LoopChannel", "Server", "settle"]

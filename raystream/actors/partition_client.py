@@ -61,7 +61,7 @@ from raystream.requests import (
     Request,
     WriteTxnMarkerRequest,
 )
-from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, send
+from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, LoopRoutes
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,7 @@ class PartitionClient:
         self._metadata: dict[str, TopicMetadata] = {}
         self._leaders: dict[TopicPartition, Any] = {}
         self._encoder = BatchEncoder()
+        self._routes = LoopRoutes()
 
     # ------------------------------------------------------------------ metadata
 
@@ -287,12 +288,12 @@ class PartitionClient:
             if isinstance(leader, Response):
                 answers.append(self._settled(request, leader))
             else:
-                answers.append(self._answer(request, send(leader, request)))
+                answers.append(self._answer(request, self._routes.send(leader, request)))
         return answers
 
     async def _answer(self, request: PartitionRequest, sent: Any) -> Response:
         try:
-            answer = await asyncio.wrap_future(sent)
+            answer = await sent
         except CALL_ERRORS as error:  # dead, restarting, unreachable, or the call lost
             answer = failure(
                 BrokerNotAvailableError(f"{type(request).__name__} to the leader failed: {error}"),
@@ -358,7 +359,7 @@ class PartitionClient:
                 lost inside Ray (retriable: the metadata is refreshed first).
         """
         try:
-            return await asyncio.wrap_future(send(leader, request))
+            return await self._routes.send(leader, request)
         except CALL_ERRORS as error:  # dead, restarting, unreachable, or the call lost
             raise BrokerNotAvailableError(
                 f"{type(request).__name__} to the leader failed: {error}"
