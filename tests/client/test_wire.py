@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 from raystream.errors import BrokerNotAvailableError, InvalidRequestError, NotLeaderError
-from raystream.wire import HELLO, Channel, Endpoint, Server
+from raystream.wire import HELLO, Channel, Endpoint, LoopChannel, Server
 
 
 class Target:
@@ -177,6 +177,61 @@ def test_a_closed_channel_fails_waiting_and_later_calls_as_retriable(served: Loo
     assert closed == [channel]
     with pytest.raises(BrokerNotAvailableError):
         channel.call("echo", (1,)).result(10)
+
+
+# ----------------------------------------------------------- LoopChannel
+
+
+def test_a_loop_channel_answers_in_order_with_buffers_and_typed_errors(served: Loop) -> None:
+    """The event loop's own channel (no reader thread): the same answers as Channel."""
+    payload = pa.py_buffer(b"x" * (3 << 20))
+
+    async def calls() -> None:
+        channel = await LoopChannel.connect(served.endpoint, "target", lambda ch: None)
+        parked = channel.call("parked", ())
+        futures = [channel.call("record", (i,)) for i in range(200)]
+        assert await asyncio.gather(*futures) == list(range(200))
+        assert (await channel.call("echo", (payload,))).to_pybytes() == payload.to_pybytes()
+        with pytest.raises(NotLeaderError, match="t-0"):
+            await channel.call("refuse", ())
+        with pytest.raises(InvalidRequestError, match="'secret' is not served"):
+            await channel.call("secret", ())
+        assert not parked.done()
+        served.loop.call_soon_threadsafe(served.target.release.set)
+        assert await asyncio.wait_for(parked, 10) == "released"
+        channel.close()
+
+    asyncio.run(calls())
+    assert served.target.order == list(range(200))
+
+
+def test_a_loop_channel_with_a_wrong_token_is_refused(served: Loop) -> None:
+    wrong = Endpoint(served.endpoint.host, served.endpoint.port, b"\0" * 16, frozenset())
+
+    async def connect_wrong() -> None:
+        await LoopChannel.connect(wrong, "target", lambda ch: None)
+
+    with pytest.raises(ConnectionError, match="refused the token"):
+        asyncio.run(connect_wrong())
+
+
+def test_a_lost_loop_channel_fails_waiting_and_later_calls_as_retriable(served: Loop) -> None:
+    closed: list[LoopChannel] = []
+
+    async def calls() -> None:
+        channel = await LoopChannel.connect(served.endpoint, "target", closed.append)
+        parked = channel.call("parked", ())
+        await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(served._close(), served.loop)
+        )  # as when the actor's process ends
+        with pytest.raises(BrokerNotAvailableError, match="connection to target lost") as info:
+            await asyncio.wait_for(parked, 10)
+        assert info.value.retriable
+        assert closed == [channel]
+        with pytest.raises(BrokerNotAvailableError):
+            await channel.call("echo", (1,))
+
+    asyncio.run(calls())
 
 
 # ------------------------------------------------------------- routing on Ray

@@ -22,7 +22,7 @@ import pytest
 
 from raystream.errors import SslAuthenticationError
 from raystream.security.tls import ClientTlsSettings, TlsConfig, TlsSettings
-from raystream.wire import HELLO, Channel, Endpoint, Server
+from raystream.wire import HELLO, Channel, Endpoint, LoopChannel, Server
 from tests.security.conftest import make_pki
 
 MARKER = b"direct-path-secret-value-7c1f"
@@ -168,6 +168,28 @@ def test_a_client_whose_truststore_lacks_the_ca_is_refused(serve, pki, tmp_path)
     channel = Channel(served.endpoint, "trusting", lambda ch: None)
     assert channel.call("echo", (1,)).result(10) == 1
     channel.close()
+
+
+def test_a_loop_channel_speaks_tls_and_refuses_an_untrusted_certificate(serve, pki, tmp_path):
+    """The event loop's channel (the listener's and coordinators' hop to a leader) is
+    held to the same TLS checks as the threaded one."""
+    served = serve(server_tls(pki, "trusted"), ClientTlsSettings(pki.ca_path))
+    tap = Tap(served.endpoint.port)
+    other = make_pki(str(tmp_path))
+    stranger = dataclasses.replace(served.endpoint, tls=ClientTlsSettings(other.ca_path))
+
+    async def calls() -> None:
+        with pytest.raises(SslAuthenticationError, match="certificate verify failed"):
+            await LoopChannel.connect(stranger, "stranger", lambda ch: None)
+        channel = await LoopChannel.connect(
+            through(tap, served.endpoint), "trusting", lambda ch: None
+        )
+        assert await channel.call("echo", (MARKER,)) == MARKER
+        channel.close()
+
+    asyncio.run(calls())
+    tap.close()
+    assert tap.seen and MARKER not in tap.seen
 
 
 def test_a_certificate_for_another_host_is_refused_unless_host_checking_is_off(serve, pki) -> None:
