@@ -728,8 +728,12 @@ class PartitionReplica:
 
     @staticmethod
     async def _wait(event: asyncio.Event, timeout_s: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout_s)
+        """Until ``event`` is set or ``timeout_s`` passes. In the waiting task itself
+        (``asyncio.timeout``), not a task of its own as ``wait_for`` makes: a long poll
+        woken by an append resumes in one turn of the loop, not three."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
 
     # ------------------------------------------------------------------ fetch
 

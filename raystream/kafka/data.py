@@ -119,7 +119,14 @@ def _key_field(version_has_ids: bool) -> str:
 
 
 async def _gather(calls: list[Awaitable[Any]]) -> list[Any]:
-    """Answers of concurrent backend calls, a call that raised answered by its error."""
+    """Answers of concurrent backend calls, a call that raised answered by its error.
+    One call (a produce or fetch of one partition, the common case) is awaited as it
+    is, without the task and gathering future ``asyncio.gather`` would add."""
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as error:
+            return [error]
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
