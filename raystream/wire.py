@@ -29,6 +29,10 @@ from its callers' threads while its reader thread receives, and an SSL object mu
 be used by two threads at once (:class:`_TlsLink` says how that is kept). Without
 TLS, frames go to the socket as before: no lock, buffer or copy is added.
 
+Two clients: :class:`Channel`, shared by the threads of a process (a reader thread
+settles its futures), and :class:`LoopChannel`, for the coroutines of one event loop
+(a server actor's hop to a leader), which reads its answers on that loop.
+
 Requests on one connection start in the order they arrive (as an async actor starts
 its calls in the order one caller made them), and may finish in any order. A lost
 connection fails every call waiting on it with the retriable
@@ -421,11 +425,6 @@ class LoopChannel:
         except (OSError, RuntimeError) as error:  # RuntimeError: the transport is closed
             self._fail(error)
         return future
-
-    async def drain(self) -> None:
-        """Wait while the connection's send buffer is full (flow control)."""
-        with contextlib.suppress(ConnectionError):
-            await self._writer.drain()
 
     def close(self) -> None:
         """Close the connection; calls still waiting fail as lost."""
