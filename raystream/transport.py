@@ -232,7 +232,7 @@ class _Lookup:
     """An actor's endpoint being asked for, and the calls made meanwhile, in order."""
 
     def __init__(self) -> None:
-        self.waiting: list[tuple[str, tuple[Any, ...], Future]] = []
+        self.waiting: list[tuple[str, tuple[Any, ...], Future | asyncio.Future]] = []
         self.ref: Any = None  # the endpoint call: it must outlive its future
         self.task: Any = None  # LoopRoutes: the task that awaits the endpoint
 
