@@ -52,8 +52,8 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(
     replicated, read_all, chaos, wait_until
 ) -> None:
     admin = replicated.admin()
-    admin.create_topic("in", partitions=3, replication_factor=3)
-    admin.create_topic("out", partitions=3, replication_factor=3)
+    admin.create_topic("in", partitions=2, replication_factor=3)
+    admin.create_topic("out", partitions=2, replication_factor=3)
     with replicated.producer(linger_ms=2) as producer:
         for i in range(FIRST):
             producer.send("in", value=str(i).encode(), key=str(i).encode())
@@ -110,7 +110,7 @@ def test_a_killed_and_restarted_job_outputs_each_input_exactly_once(
         chaos.verify(min_faults=5)  # before the stop, which ends the members for good
     finally:
         group.stop()
-    values = read_all(replicated, "out", "read_committed", 3)
+    values = read_all(replicated, "out", "read_committed", 2)
     counts = collections.Counter(values)
     duplicates = [v for v, n in counts.items() if n > 1]
     assert not duplicates, f"{len(duplicates)} outputs twice, e.g. {duplicates[:5]}"

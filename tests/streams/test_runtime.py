@@ -128,7 +128,7 @@ def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
     """...and, with a standby of each task on the other worker, a worker killed for good
     hands its tasks to the survivor, which restores almost nothing (its standbys were
     current) and resumes each task's stream time (a late record stays dropped)."""
-    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    source, sink = make_topic(partitions=3), make_topic()
     items = clicks(600, keys=7, seed=1)
     produce(shared_cluster, source, items)
     # No record cache: every update is a changelog record, so the moved tasks' changelogs
@@ -139,7 +139,7 @@ def test_a_windowed_count_over_out_of_order_records_gives_the_batch_answer(
     # The Arrow path on a typed topic, in the same polls as the byte topics: fn's table
     # goes to the typed output topic with send_batch.
     schema = pa.schema([("x", pa.int64()), ("name", pa.string())])
-    typed_in, typed_out = make_topic(partitions=3, schema=schema), make_topic(schema=schema)
+    typed_in, typed_out = make_topic(schema=schema), make_topic(schema=schema)
     app.stream(typed_in).map_batches(lambda t: t.set_column(2, "x", pc.multiply(t["x"], 2))).to(
         typed_out
     )
@@ -362,7 +362,7 @@ def assert_each_count_once(records: list[tuple[Any, Any]], expected: Counter[str
 def test_exactly_once_survives_repeated_worker_kills(
     shared_cluster: Any, make_topic: Any, wait_until: Any, chaos: Any
 ) -> None:
-    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    source, sink = make_topic(partitions=3), make_topic()
     items = clicks(1_500, keys=5, seed=3)
     app = windowed_count_app(
         shared_cluster, source, sink, num_workers=2, processing_guarantee="exactly_once"
@@ -419,7 +419,7 @@ def test_exactly_once_survives_repeated_worker_kills(
 def test_scaling_one_three_one_moves_tasks_with_their_state(
     shared_cluster: Any, make_topic: Any, wait_until: Any
 ) -> None:
-    source, sink = make_topic(partitions=3), make_topic(partitions=2)
+    source, sink = make_topic(partitions=3), make_topic()
     items = clicks(1_200, keys=6, seed=4)
     app = windowed_count_app(shared_cluster, source, sink, num_workers=1)
     app.start()
