@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raystream.connectors.api import SourceBatch, SourceConnector, SourceRecord, SourceTask
+from raystream.connectors.api import (
+    SourceBatch,
+    SourceConnector,
+    SourceRecord,
+    SourceTask,
+    partition_runs,
+)
 from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
 from raystream.mirror.clusters import Delivery, SourceCluster, TargetCluster, open_cluster
 from raystream.mirror.config import FlowSettings
@@ -50,6 +57,8 @@ GROUPS_KEY = "task.assigned.groups"
 POLL_RECORDS = 50_000
 POLL_TIMEOUT_S = 0.2
 GATHER_S = 0.05
+#: Reads fetched ahead of the writes (each up to ``POLL_RECORDS`` rows).
+READ_AHEAD = 1
 INTERNAL_CONFIG = {"cleanup.policy": "compact"}
 
 
@@ -268,6 +277,9 @@ class MirrorSourceTask(SourceTask):
         self._ends_lock = threading.Lock()
         self._sync_writer: Any = None
         self._upstream: dict[int, Any] = {}  # id(batch) -> its rows' source offsets
+        self._ahead: queue.Queue[pa.Table | Exception] = queue.Queue(maxsize=READ_AHEAD)
+        self._reading = threading.Event()
+        self._reader_thread: threading.Thread | None = None
 
     def start(self, config: dict[str, str]) -> None:
         self.flow = _flow(config)
@@ -289,17 +301,58 @@ class MirrorSourceTask(SourceTask):
         self.syncs_topic = self.policy.offset_syncs_topic(self.alias)
         self.target.ensure_topic(self.syncs_topic, 1, INTERNAL_CONFIG, self.flow.replication_factor)
         self._sync_writer = self.target.writer()
+        self._reading.set()
+        self._reader_thread = threading.Thread(
+            target=self._read_ahead, name="mirror-read", daemon=True
+        )
+        self._reader_thread.start()
 
     def source_partition(self, tp: TopicPartition) -> dict[str, Any]:
         """MM2's source partition of ``tp``: ``{"cluster", "topic", "partition"}``."""
         return {"cluster": self.alias, "topic": tp.topic, "partition": tp.partition}
 
     def poll(self) -> SourceBatch | None:
+        """The next batch: the rest of the last read, else the next read of the source
+        (waiting up to ``POLL_TIMEOUT_S`` for one).
+
+        Raises:
+            RaystreamError: reading the source failed (the reads stopped; the framework
+                restarts the task, which reads again from the stored offsets).
+        """
         if not self.pending:
-            table = self._read()
-            if table is not None:
-                self.pending = self._batches(table)
+            try:
+                got = self._ahead.get(timeout=POLL_TIMEOUT_S)
+            except queue.Empty:
+                return None
+            if isinstance(got, Exception):
+                raise got
+            self.pending = self._batches(got)
         return self.pending.pop(0) if self.pending else None
+
+    def _read_ahead(self) -> None:
+        """The reads, on a thread of their own: while the framework writes one read to
+        the target, the next ones (up to ``READ_AHEAD``) are fetched from the source, so
+        a busy flow's time is the slower of reading and writing, not their sum. A read
+        that fails is raised by the next :meth:`poll` (the reads go on after it, from
+        where the reader stands, as a direct read would be tried again)."""
+        while self._reading.is_set():
+            try:
+                table = self._read()
+            except Exception as error:  # handed to poll(), which raises it
+                self._hand_over(error)
+                continue
+            if table is not None:
+                self._hand_over(table)
+
+    def _hand_over(self, item: pa.Table | Exception) -> None:
+        """Queue ``item`` for :meth:`poll`, waiting while ``READ_AHEAD`` reads are queued
+        (unless the task stops meanwhile)."""
+        while self._reading.is_set():
+            try:
+                self._ahead.put(item, timeout=POLL_TIMEOUT_S)
+                return
+            except queue.Full:
+                continue
 
     def _read(self) -> pa.Table | None:
         """What the source has now, up to ``POLL_RECORDS`` rows: reads go on while they
@@ -330,13 +383,12 @@ class MirrorSourceTask(SourceTask):
     def _batches(self, table: pa.Table) -> list[SourceBatch]:
         """One batch per source partition of ``table``, rows in offset order."""
         batches = []
-        keys = pc.binary_join_element_wise(
-            table.column("topic"), pc.cast(table.column("partition"), pa.string()), "\x00"
-        )
-        for key in pc.unique(keys).to_pylist():
-            rows = table.filter(pc.equal(keys, key))
-            topic, partition = rows.column("topic")[0].as_py(), rows.column("partition")[0].as_py()
-            tp = TopicPartition(topic, partition)
+        runs: dict[TopicPartition, list[pa.Table]] = {}
+        for tp, start, stop in partition_runs(table):
+            runs.setdefault(tp, []).append(table.slice(start, stop - start))
+        for tp, parts in runs.items():
+            rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+            topic = tp.topic
             upstream = rows.column("offset").to_numpy()
             last = int(upstream[-1])
             data = rows.drop_columns(["topic", "offset"])
@@ -379,9 +431,15 @@ class MirrorSourceTask(SourceTask):
             self.replicated[tp] = int(upstream[-1])
             self.records += rows
             state = self._syncs.setdefault(tp, _PartitionSyncs())
-            for i, downstream in points:
-                if state.update(int(upstream[i]), downstream, lag_max):
-                    self._send_sync(tp, state)
+            due = [
+                OffsetSync(tp, *state.sent())
+                for i, downstream in points
+                if state.update(int(upstream[i]), downstream, lag_max)
+            ]
+        # Outside the lock: a status call's lag() need not wait for the write.
+        self._sync_writer.send_many(
+            self.syncs_topic, 0, [(sync.key(), sync.value()) for sync in due]
+        )
 
     def commit(self) -> None:
         """Send the syncs held back (MM2's ``firePendingOffsetSyncs``): the latest
@@ -414,6 +472,9 @@ class MirrorSourceTask(SourceTask):
         return lags
 
     def stop(self) -> None:
+        self._reading.clear()
+        if self._reader_thread is not None:
+            self._reader_thread.join(timeout=10)
         for close in (
             getattr(getattr(self, "reader", None), "close", None),
             getattr(self._sync_writer, "close", None),
