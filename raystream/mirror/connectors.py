@@ -4,7 +4,7 @@
   loops and internal topics left out), creates their remote topics on the target with
   the source's partition count and configs, follows both as they change, and splits the
   partitions among :class:`MirrorSourceTask` s. A task reads its partitions as Arrow
-  tables and returns one :class:`~raystream.connectors.api.SourceBatch` per source
+  tables, ahead of the writes on a thread of its own, and returns one :class:`~raystream.connectors.api.SourceBatch` per source
   partition and poll: key, value, headers and timestamp kept, the partition kept (the
   ``partition`` column), the remote topic as the batch's topic. Its source offset is
   ``{"offset": last upstream offset}`` under ``{"cluster", "topic", "partition"}``, as
@@ -58,7 +58,9 @@ POLL_RECORDS = 50_000
 POLL_TIMEOUT_S = 0.2
 GATHER_S = 0.05
 #: Reads fetched ahead of the writes (each up to ``POLL_RECORDS`` rows).
-READ_AHEAD = 1
+READ_AHEAD = 4
+#: Rows of queued reads one round of writes takes at most.
+ROUND_ROWS = 200_000
 INTERNAL_CONFIG = {"cleanup.policy": "compact"}
 
 
@@ -280,6 +282,7 @@ class MirrorSourceTask(SourceTask):
         self._ahead: queue.Queue[pa.Table | Exception] = queue.Queue(maxsize=READ_AHEAD)
         self._reading = threading.Event()
         self._reader_thread: threading.Thread | None = None
+        self._failed: Exception | None = None  # a read's error, raised by the next poll
 
     def start(self, config: dict[str, str]) -> None:
         self.flow = _flow(config)
@@ -320,14 +323,40 @@ class MirrorSourceTask(SourceTask):
                 restarts the task, which reads again from the stored offsets).
         """
         if not self.pending:
-            try:
-                got = self._ahead.get(timeout=POLL_TIMEOUT_S)
-            except queue.Empty:
-                return None
-            if isinstance(got, Exception):
-                raise got
-            self.pending = self._batches(got)
+            tables = self._take()
+            if tables:
+                self.pending = self._batches(_concat(tables))
         return self.pending.pop(0) if self.pending else None
+
+    def _take(self) -> list[pa.Table]:
+        """The reads queued now, up to ``ROUND_ROWS`` rows (waiting up to
+        ``POLL_TIMEOUT_S`` for the first): when the writes fall behind the reads, the
+        next round is larger, with fewer writes and transactions per record. A failed
+        read after some good ones is raised by the next call, after these are written.
+        """
+        if self._failed is not None:
+            error, self._failed = self._failed, None
+            raise error
+        try:
+            got = self._ahead.get(timeout=POLL_TIMEOUT_S)
+        except queue.Empty:
+            return []
+        tables: list[pa.Table] = []
+        rows = 0
+        while True:
+            if isinstance(got, Exception):
+                if not tables:
+                    raise got
+                self._failed = got
+                return tables
+            tables.append(got)
+            rows += got.num_rows
+            if rows >= ROUND_ROWS:
+                return tables
+            try:
+                got = self._ahead.get_nowait()
+            except queue.Empty:
+                return tables
 
     def _read_ahead(self) -> None:
         """The reads, on a thread of their own: while the framework writes one read to
@@ -372,13 +401,7 @@ class MirrorSourceTask(SourceTask):
                 deadline = self.clock() + GATHER_S
             elif self.clock() >= deadline:
                 break
-        if not tables:
-            return None
-        return (
-            tables[0]
-            if len(tables) == 1
-            else pa.concat_tables(tables, promote_options="permissive")
-        )
+        return _concat(tables) if tables else None
 
     def _batches(self, table: pa.Table) -> list[SourceBatch]:
         """One batch per source partition of ``table``, rows in offset order."""
@@ -432,13 +455,14 @@ class MirrorSourceTask(SourceTask):
             self.records += rows
             state = self._syncs.setdefault(tp, _PartitionSyncs())
             due = [
-                OffsetSync(tp, *state.sent())
+                state.sent()
                 for i, downstream in points
                 if state.update(int(upstream[i]), downstream, lag_max)
             ]
         # Outside the lock: a status call's lag() need not wait for the write.
+        key = OffsetSync(tp, 0, 0).key()
         self._sync_writer.send_many(
-            self.syncs_topic, 0, [(sync.key(), sync.value()) for sync in due]
+            self.syncs_topic, 0, [(key, OffsetSync(tp, u, d).value()) for u, d in due]
         )
 
     def commit(self) -> None:
@@ -719,6 +743,11 @@ class MirrorHeartbeatTask(SourceTask):
 
     def stop(self) -> None:
         pass
+
+
+def _concat(tables: Sequence[pa.Table]) -> pa.Table:
+    """Reads as one table (no copy for one)."""
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
 def check_batch_partition(batch: SourceBatch) -> int:

@@ -5,8 +5,10 @@ flow ``source -> target``: it starts the connectors, starts their tasks, writes 
 they return to the target, stores source offsets, and restarts the source task when
 its connector asks (new topics, new partitions). Its loop:
 
-1. Poll the source task for the batches of one read of the source (one per source
-   partition); write each batch to its remote topic partition (``send_batch`` of the
+1. Poll the source task for the batches of one round (one per source partition; the
+   task reads ahead on a thread of its own while this loop writes, and a round takes
+   what was read meanwhile, so rounds grow when the target is the slower side); write
+   each batch to its remote topic partition (``send_batch`` of the
    target's :class:`~raystream.mirror.clusters.Writer`) and wait for their
    acknowledgement (``settle``).
 2. Store the batches' source offsets in the ``mm2-offsets.<target>.internal`` topic
