@@ -4,9 +4,10 @@
   loops and internal topics left out), creates their remote topics on the target with
   the source's partition count and configs, follows both as they change, and splits the
   partitions among :class:`MirrorSourceTask` s. A task reads its partitions as Arrow
-  tables, ahead of the writes on a thread of its own, and returns one :class:`~raystream.connectors.api.SourceBatch` per source
-  partition and poll: key, value, headers and timestamp kept, the partition kept (the
-  ``partition`` column), the remote topic as the batch's topic. Its source offset is
+  tables, ahead of the writes on a thread of its own, and returns one
+  :class:`~raystream.connectors.api.SourceBatch` per source partition and poll: key,
+  value, headers and timestamp kept, the partition kept (the ``partition`` column),
+  the remote topic as the batch's topic. Its source offset is
   ``{"offset": last upstream offset}`` under ``{"cluster", "topic", "partition"}``, as
   MM2 stores it. Once the framework wrote a batch it calls :meth:`commit_batch` with
   the write's metadata, and the task records an offset sync (MM2's rules: when the
