@@ -6,7 +6,8 @@ on one local Ray; the source topic is filled with ``--records`` 100-byte records
 * raw consume: one consumer reads the source topic with ``poll_arrow`` (assigned, no
   group), timed from the first batch to the last record;
 * raw produce: one producer writes the same number of records into a target topic
-  with ``send_batch`` in tables of 10,000 rows (acks=all, as the mirror writes);
+  with ``send_batch`` in tables of 10,000 rows (acks=all, as the mirror writes), timed
+  to the last acknowledgement;
 * mirror: a MirrorMaker (at-least-once, and exactly-once) is started and timed from
   its start until the remote topic holds every record;
 * replication lag at a steady rate: a producer writes ``--rate`` records/s to the
