@@ -241,6 +241,30 @@ _RAY = object()
 """Route of an actor without a reachable direct path: plain Ray calls."""
 
 
+_LOOKUP_ERRORS = (*DEAD_ACTOR_ERRORS, SslAuthenticationError, OSError, RayError)
+"""What asking an actor for its endpoint and connecting to it may raise."""
+
+
+def _lookup_failure(actor: Any, error: BaseException) -> BaseException | None:
+    """What a failed endpoint lookup or connection (one of ``_LOOKUP_ERRORS``) means
+    for the calls waiting on it: the exception they fail with, or None when the actor
+    is only unreachable from here and Ray calls serve instead. Shared by the threads'
+    and the event loops' routes."""
+    if isinstance(error, DEAD_ACTOR_ERRORS):
+        return BrokerNotAvailableError(f"{actor!r} is gone: {error}")
+    if isinstance(error, SslAuthenticationError):  # never a quiet way round TLS: fail, ask again
+        logger.error("direct path to %r: %s", actor, error)
+        return error
+    logger.info("no direct path to %r (%s): using Ray calls", actor, error)
+    return None
+
+
+def _by_ray(route: Any, method: str) -> bool:
+    """Whether a call of ``method`` on ``route`` goes as a Ray call: the actor has no
+    reachable direct path, or does not serve that method on it."""
+    return route is _RAY or method not in route.methods
+
+
 class _Routes:
     """How this process reaches each actor: a :class:`Channel`, Ray, or being found out."""
 
@@ -266,7 +290,7 @@ class _Routes:
             lookup.ref.future().add_done_callback(lambda answer: self._found(actor, lookup, answer))
         if isinstance(route, _Lookup):
             return future
-        if route is _RAY or method not in route.methods:
+        if _by_ray(route, method):
             return _ray_call(actor, method, args)
         return route.call(method, args)
 
@@ -278,13 +302,8 @@ class _Routes:
             endpoint: Endpoint | None = answer.result()
             if endpoint is not None:
                 route = Channel(endpoint, repr(actor), lambda ch: self._forget(actor, ch))
-        except DEAD_ACTOR_ERRORS as error:
-            failure = BrokerNotAvailableError(f"{actor!r} is gone: {error}")
-        except SslAuthenticationError as error:  # never a quiet way round TLS: fail, ask again
-            logger.error("direct path to %r: %s", actor, error)
-            failure = error
-        except (OSError, RayError) as error:  # unreachable from here: Ray calls it is
-            logger.info("no direct path to %r (%s): using Ray calls", actor, error)
+        except _LOOKUP_ERRORS as error:
+            failure = _lookup_failure(actor, error)
         answers: list[tuple[Future | BaseException, Future]] = []
         with self._lock:  # sent under the lock: no later call overtakes them
             if self._routes.get(actor) is lookup:
@@ -295,7 +314,7 @@ class _Routes:
             for method, args, future in lookup.waiting:
                 if failure is not None:
                     answers.append((failure, future))
-                elif route is _RAY or method not in route.methods:
+                elif _by_ray(route, method):
                     answers.append((_ray_call(actor, method, args), future))
                 else:
                     answers.append((route.call(method, args), future))
@@ -343,7 +362,7 @@ class LoopRoutes:
         return self._call(actor, route, HANDLE, (request,))
 
     def _call(self, actor: Any, route: Any, method: str, args: tuple[Any, ...]) -> asyncio.Future:
-        if route is _RAY or method not in route.methods:
+        if _by_ray(route, method):
             return asyncio.wrap_future(_ray_call(actor, method, args))
         return route.call(method, args)
 
@@ -357,13 +376,8 @@ class LoopRoutes:
                 route = await LoopChannel.connect(
                     endpoint, repr(actor), lambda channel: self._forget(actor, channel)
                 )
-        except DEAD_ACTOR_ERRORS as error:
-            failure = BrokerNotAvailableError(f"{actor!r} is gone: {error}")
-        except SslAuthenticationError as error:  # never a quiet way round TLS: fail, ask again
-            logger.error("direct path to %r: %s", actor, error)
-            failure = error
-        except (OSError, RayError) as error:  # unreachable from here: Ray calls it is
-            logger.info("no direct path to %r (%s): using Ray calls", actor, error)
+        except _LOOKUP_ERRORS as error:
+            failure = _lookup_failure(actor, error)
         if self._routes.get(actor) is lookup:
             if failure is None:
                 self._routes[actor] = route

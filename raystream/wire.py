@@ -226,6 +226,20 @@ class Server:
 # ----------------------------------------------------------------------- client
 
 
+def _decode_answer(kind: int, body: bytes, buffers: list[Any]) -> tuple[int, Any]:
+    """An answer frame's (kind, value); one that cannot be unpickled becomes a failure
+    naming why, for the call waiting on it (both channels read answers this way)."""
+    try:
+        return kind, pickle.loads(body, buffers=buffers)
+    except Exception as error:
+        return _FAILURE, RaystreamError(f"undecodable answer: {error!r}")
+
+
+def _lost(name: str, error: BaseException) -> BrokerNotAvailableError:
+    """The retriable error of a call whose connection to ``name`` was lost."""
+    return BrokerNotAvailableError(f"connection to {name} lost: {error}")
+
+
 class Channel:
     """One connection to one actor's endpoint, shared by the threads of a process.
 
@@ -279,7 +293,7 @@ class Channel:
         with self._send_lock:
             with self._lock:
                 if self._closed is not None:
-                    future.set_exception(self._lost(self._closed))
+                    future.set_exception(_lost(self.name, self._closed))
                     return future
                 call_id = next(self._ids)
                 self._pending[call_id] = future
@@ -303,10 +317,7 @@ class Channel:
                 lengths = receive(_LENGTH.size * count)
                 body = receive(size)
                 buffers = [receive(size) for size in _sizes(lengths)]
-                try:
-                    value = pickle.loads(body, buffers=buffers)
-                except Exception as error:
-                    kind, value = _FAILURE, RaystreamError(f"undecodable answer: {error!r}")
+                kind, value = _decode_answer(kind, body, buffers)
                 with self._lock:
                     future = self._pending.pop(call_id, None)
                 if future is not None:
@@ -325,11 +336,8 @@ class Channel:
                 self._sock.shutdown(socket.SHUT_RDWR)
             self._sock.close()
         for future in pending.values():
-            settle(future, False, self._lost(error))
+            settle(future, False, _lost(self.name, error))
         self._on_close(self)
-
-    def _lost(self, error: BaseException) -> BrokerNotAvailableError:
-        return BrokerNotAvailableError(f"connection to {self.name} lost: {error}")
 
 
 class LoopChannel:
@@ -411,7 +419,7 @@ class LoopChannel:
         """Send ``method(*args)`` now; the future gets its answer or its exception."""
         future = asyncio.get_running_loop().create_future()
         if self._closed is not None:
-            future.set_exception(self._lost(self._closed))
+            future.set_exception(_lost(self.name, self._closed))
             return future
         body, raws = _pickle((method, args))
         call_id = next(self._ids)
@@ -437,10 +445,7 @@ class LoopChannel:
                 lengths = await reader.readexactly(_LENGTH.size * count) if count else b""
                 body = await reader.readexactly(size)
                 buffers = [await reader.readexactly(size) for size in _sizes(lengths)]
-                try:
-                    value = pickle.loads(body, buffers=buffers)
-                except Exception as error:
-                    kind, value = _FAILURE, RaystreamError(f"undecodable answer: {error!r}")
+                kind, value = _decode_answer(kind, body, buffers)
                 future = self._pending.pop(call_id, None)
                 if future is not None and not future.done():
                     if kind == _ANSWER:
@@ -462,11 +467,8 @@ class LoopChannel:
         self._writer.close()
         for future in pending.values():
             if not future.done():
-                future.set_exception(self._lost(error))
+                future.set_exception(_lost(self.name, error))
         self._on_close(self)
-
-    def _lost(self, error: BaseException) -> BrokerNotAvailableError:
-        return BrokerNotAvailableError(f"connection to {self.name} lost: {error}")
 
 
 def settle(future: Future, ok: bool, value: Any) -> None:

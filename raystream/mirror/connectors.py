@@ -412,14 +412,13 @@ class MirrorSourceTask(SourceTask):
             runs.setdefault(tp, []).append(table.slice(start, stop - start))
         for tp, parts in runs.items():
             rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-            topic = tp.topic
             upstream = rows.column("offset").to_numpy()
             last = int(upstream[-1])
             data = rows.drop_columns(["topic", "offset"])
             batch = SourceBatch(
                 source_partition=self.source_partition(tp),
                 source_offset={"offset": last},
-                topic=self.policy.format_remote_topic(self.alias, topic),
+                topic=self.policy.format_remote_topic(self.alias, tp.topic),
                 table=data,
             )
             self._upstream[id(batch)] = upstream
