@@ -58,6 +58,67 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=needs_own_ray)  # a stable sort: collection order otherwise
 
 
+class PackageTeardown:
+    """Tears down a test directory's package-scoped fixtures as soon as the run leaves
+    that directory, as pytest does for real packages.
+
+    ``tests/`` has no ``__init__.py`` (the test directories are not importable packages:
+    ``tests/kafka`` would shadow kafka-python), so pytest finds no ``Package`` node and
+    keeps a ``scope="package"`` fixture until the session ends. The package clusters
+    (the Kafka listener's, Spark's with its JVMs, the multi-node Ray) would then run
+    beside every later test: the Streams tests ran at a quarter of their speed beside
+    some hundred idle replica processes. A fixture torn down here is set up again if
+    the run comes back to its directory (own-Ray tests are sorted to the end).
+
+    A plugin rather than this conftest's hooks: such a fixture is set up on the session
+    node, whose hooks are only the root directory's.
+    """
+
+    def __init__(self) -> None:
+        # Set up so far, oldest first, with the request that made each (``finish`` needs it).
+        self._live: list[tuple[pytest.FixtureDef[Any], pytest.FixtureRequest]] = []
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(
+        self, fixturedef: pytest.FixtureDef[Any], request: pytest.FixtureRequest
+    ) -> Iterator[Any]:
+        """Remember each package-scoped fixture of a directory as it is set up."""
+        value = yield
+        if fixturedef.scope == "package" and fixturedef.baseid:
+            self._live.append((fixturedef, request))
+        return value
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Iterator[None]:
+        """After a test's own teardown, finish the fixtures of the directories the next
+        test is not in (dependents first: ``finish`` runs theirs before its own)."""
+        yield
+        leaving = [
+            entry
+            for entry in self._live
+            if nextitem is None or not nextitem.nodeid.startswith(f"{entry[0].baseid}/")
+        ]
+        self._live = [entry for entry in self._live if entry not in leaving]
+        errors: list[BaseException] = []
+        for fixturedef, request in reversed(leaving):  # the newest first, as pytest does
+            try:
+                fixturedef.finish(request)  # a no-op if already finished
+            except BaseException as error:
+                errors.append(error)
+        for later in errors[1:]:
+            errors[0].add_note(f"also, tearing down another package fixture: {later!r}")
+        if errors:
+            raise errors[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register :class:`PackageTeardown` (once, however often this is called)."""
+    if not config.pluginmanager.has_plugin("raystream-package-teardown"):
+        config.pluginmanager.register(PackageTeardown(), "raystream-package-teardown")
+
+
 def ensure_local_ray() -> None:
     """Start the session's local Ray unless one is running in this process."""
     import ray

@@ -76,10 +76,10 @@ def _run(argv: list[str], what: str) -> None:
         pytest.fail(f"PostgreSQL {what} failed ({result.returncode}): {result.stderr.strip()}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def postgres() -> Iterator[PostgresServer]:
-    """One PostgreSQL server for the session, logical replication enabled; stopped by
-    its pid at the end (a fast shutdown, then its directory removed)."""
+    """One PostgreSQL server for the package's tests, logical replication enabled;
+    stopped by its pid after them (a fast shutdown, then its directory removed)."""
     bin_dir = _postgres_bin_dir()
     data_dir = Path(tempfile.mkdtemp(prefix="raystream-pg-"))
     if os.geteuid() == 0:
