@@ -30,7 +30,6 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raystream.actors.coordinator import COORDINATOR_NAME, GroupCoordinatorActor
-from raystream.actors.kafka_listener import KafkaListenerActor, listener_actor_name
 from raystream.actors.liveness import ActorStateWatch, actor_state
 from raystream.actors.replica import ReplicaActor
 from raystream.actors.txn_coordinator import (
@@ -69,7 +68,7 @@ from raystream.errors import (
     UnknownTopicOrPartitionError,
 )
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
-from raystream.kafka.listeners import parse_listeners
+from raystream.kafka.listeners import listener_actor_name, parse_listeners
 from raystream.log import Log, LogConfig
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import PartitionMetadata, Result, TopicMetadata, failure
@@ -1519,6 +1518,12 @@ class Controller:
         if not self._listener_specs:
             self._listeners_started = True
             return
+        # Imported here, not with this module: every process that looks the controller
+        # up by name (each replica, coordinator and client) imports this module, and
+        # the listener's Kafka codec (kio's schemas) would add a third of a CPU-second
+        # to each of their starts.
+        from raystream.actors.kafka_listener import KafkaListenerActor
+
         for node in sorted(nodes):
             KafkaListenerActor.options(
                 name=listener_actor_name(node),

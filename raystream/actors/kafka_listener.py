@@ -83,11 +83,6 @@ CREDENTIALS_TTL_S = 1.0
 """How old the cached SCRAM credentials may be when a SASL handshake starts."""
 
 
-def listener_actor_name(node: str) -> str:
-    """The named actor of the listener on Ray node ``node``."""
-    return f"kafka-listener-{node}"
-
-
 class KafkaListener:
     """Serves Kafka clients on this node's configured listeners.
 

@@ -199,3 +199,8 @@ def advertised_host(spec: ListenerSpec, node_address: str) -> str:
     if spec.host == NODE_HOST or spec.host in ANY_HOSTS:
         return node_address
     return spec.host
+
+
+def listener_actor_name(node: str) -> str:
+    """The named actor of the Kafka listener on Ray node ``node``."""
+    return f"kafka-listener-{node}"

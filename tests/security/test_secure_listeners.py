@@ -60,7 +60,7 @@ def listener_stats(secure: dict[str, Any]) -> dict[str, dict[str, Any]]:
     latest authenticated connections."""
     import ray
 
-    from raystream.actors.kafka_listener import listener_actor_name
+    from raystream.kafka.listeners import listener_actor_name
 
     cluster = secure["cluster"]
     (entry,) = cluster.call("kafka_listeners")
