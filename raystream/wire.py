@@ -57,6 +57,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any
 
+from raystream import framing
 from raystream.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -152,7 +153,7 @@ class Server:
 
     async def start(self, host: str) -> Endpoint:
         """Listen on ``host`` (an ephemeral port) and return the endpoint to hand out."""
-        self._server = await asyncio.start_server(self._serve, host, 0, ssl=self._tls)
+        self._server = await framing.start_server(self._serve, host, 0, ssl=self._tls)
         port = self._server.sockets[0].getsockname()[1]
         return Endpoint(host, port, self._token, self._methods, self._client_tls)
 
@@ -164,7 +165,7 @@ class Server:
         for writer in list(self._writers):
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: framing.FrameReader, writer: asyncio.StreamWriter) -> None:
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         write_lock = asyncio.Lock()
@@ -353,7 +354,7 @@ class LoopChannel:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
+        reader: framing.FrameReader,
         writer: asyncio.StreamWriter,
         endpoint: Endpoint,
         name: str,
@@ -387,7 +388,7 @@ class LoopChannel:
                 raise SslAuthenticationError(f"TLS with {where} failed: {error}") from None
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
+                framing.open_connection(
                     endpoint.host,
                     endpoint.port,
                     ssl=context,
@@ -426,10 +427,9 @@ class LoopChannel:
         self._pending[call_id] = future
         head = _header(call_id, _REQUEST, body, raws)
         try:
-            if raws:
-                self._writer.writelines([head, body, *raws])
-            else:
-                self._writer.write(head + body)
+            self._writer.write(head + body)
+            for raw in raws:  # each on its own: the socket takes it from where it is
+                self._writer.write(raw)
         except (OSError, RuntimeError) as error:  # RuntimeError: the transport is closed
             self._fail(error)
         return future
@@ -438,7 +438,7 @@ class LoopChannel:
         """Close the connection; calls still waiting fail as lost."""
         self._fail(ConnectionAbortedError("closed by the client"))
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
+    async def _read(self, reader: framing.FrameReader) -> None:
         try:
             while True:
                 call_id, kind, size, count = _HEADER.unpack(await reader.readexactly(_HEADER.size))

@@ -292,6 +292,8 @@ def compact_run(
     records, cost about 0.2 ms of CPU through Arrow (decode, then the compact encoder's
     numpy calls per column) and costs some tens of microseconds this way.
     """
+    if sum(len(p) for p in payloads) > COMPACT_RUN_BYTES + KAFKA_HEADER_SIZE * len(payloads):
+        return None  # too large for what it writes (without checking and joining 1 MB)
     try:
         records, count, base_timestamps, offset_deltas, codec = _open_run(payloads)
     except RaystreamError:

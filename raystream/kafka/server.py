@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from raystream import framing
 from raystream.dispatch import RequestContext
 from raystream.errors import InvalidRequestError, RaystreamError
 from raystream.kafka import apis
@@ -138,7 +139,7 @@ class KafkaServer:
 
     async def start(self) -> None:
         """Bind and start accepting; :attr:`port` is the bound port afterwards."""
-        self._server = await asyncio.start_server(
+        self._server = await framing.start_server(
             self._serve, self.host, self.requested_port, reuse_address=True, ssl=self.tls
         )
         self.port = self._server.sockets[0].getsockname()[1]
@@ -176,7 +177,7 @@ class KafkaServer:
                     self.principals.append(context.principal)
         return context
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: framing.FrameReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         peer = writer.get_extra_info("peername")
         context = self._connection_context(writer, peer)
@@ -244,7 +245,7 @@ class KafkaServer:
             return False
         return True
 
-    async def _frame(self, reader: asyncio.StreamReader, peer: Any) -> bytes | None:
+    async def _frame(self, reader: framing.FrameReader, peer: Any) -> bytes | memoryview | None:
         """The next request frame; None at the connection's end or a bad size."""
         try:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
@@ -270,7 +271,7 @@ class KafkaServer:
 
     async def _answer(
         self,
-        frame: bytes,
+        frame: bytes | memoryview,
         context: RequestContext,
         peer: Any,
         after: asyncio.Future | None,
@@ -287,7 +288,7 @@ class KafkaServer:
 
     async def _handle(
         self,
-        frame: bytes,
+        frame: bytes | memoryview,
         context: RequestContext,
         peer: Any,
         after: asyncio.Future | None,
@@ -394,7 +395,7 @@ def _host(peer: Any) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else "*"
 
 
-def frame_api_key(frame: bytes) -> int:
+def frame_api_key(frame: bytes | memoryview) -> int:
     """The API key of a request frame (at least 8 bytes long)."""
     return _API_KEY.unpack_from(frame, 0)[0]
 

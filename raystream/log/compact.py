@@ -547,7 +547,7 @@ def kafka_batch_size(batch: pa.RecordBatch) -> int:
     record = np.ones(rows, np.int64)  # attributes
     record += _varint_sizes(np.arange(rows, dtype=np.int64))  # offset delta
     if "timestamp" in names and pa.types.is_integer(batch.column("timestamp").type):
-        stamps = batch.column("timestamp").fill_null(0).to_numpy().astype(np.int64)
+        stamps = _integers(batch.column("timestamp"))
         record += _varint_sizes(stamps - stamps[0])
     else:
         record += 1
@@ -570,18 +570,115 @@ def kafka_batch_size(batch: pa.RecordBatch) -> int:
     return KAFKA_BATCH_OVERHEAD + int((record + _varint_sizes(record)).sum())
 
 
+def kafka_batch_size_bound(batch: pa.RecordBatch) -> int | None:
+    """An upper bound of :func:`kafka_batch_size` from a few numbers per column: each
+    record's key and value lengths and timestamp delta counted as wide as the widest
+    of the batch, the keys' and values' bytes as their totals. None for a batch it does
+    not cover (headers, or a value that is not bytes): count that one exactly.
+
+    A producer's batch is uniform (one value size, close timestamps), so the bound is
+    within a byte or two per record of the exact size, and a batch whose Arrow form is
+    over ``max.message.bytes`` but Kafka's is not (a Kafka client's full 1 MB batch) is
+    let through without a numpy pass per field per record.
+    """
+    rows = batch.num_rows
+    if rows == 0:
+        return KAFKA_BATCH_OVERHEAD
+    names = batch.schema.names
+    if any(n not in ("key", "value", "timestamp", "headers") for n in names):
+        return None
+    if "headers" in names:
+        headers = batch.column("headers")
+        if headers.type != HEADERS_TYPE:
+            return None
+        if headers.null_count != rows:
+            offsets = np.frombuffer(headers.buffers()[1], np.int32, rows + 1, headers.offset * 4)
+            if offsets[-1] != offsets[0]:
+                return None
+    fields = 1 + 1  # attributes, header count (0); the offset delta is counted below
+    data = longest = 0
+    if "timestamp" in names and pa.types.is_integer(batch.column("timestamp").type):
+        stamps = _integers(batch.column("timestamp"))
+        first = int(stamps[0])
+        delta = max(int(stamps.max()) - first, first - int(stamps.min()))
+        fields += _varint_size(delta)
+    else:
+        fields += 1
+    for name in ("key", "value"):
+        column = batch.column(name) if name in names else None
+        if column is not None and not _is_binary(column.type):
+            return None
+        if column is None or column.null_count == rows:
+            fields += 1  # length -1
+            continue
+        offsets = np.frombuffer(column.buffers()[1], np.int32, rows + 1, column.offset * 4)
+        widest = int(np.diff(offsets).max())
+        fields += _varint_size(widest)
+        longest += widest
+        data += int(offsets[-1]) - int(offsets[0])
+    offset_deltas = 0
+    low = 0
+    for size, limit in enumerate(_VARINT_LIMITS, start=1):  # zigzag(i) = 2i < limit
+        high = min(rows, (int(limit) + 1) // 2)
+        offset_deltas += size * max(high - low, 0)
+        low = max(low, high)
+    record = fields + _varint_size(rows - 1) + longest  # the longest a record can be
+    per_record = fields + _varint_size(record)
+    return KAFKA_BATCH_OVERHEAD + rows * per_record + offset_deltas + data
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of ``value`` (non-negative) as a zigzag varint."""
+    zigzag = value << 1
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
 def _is_binary(data_type: pa.DataType) -> bool:
     return pa.types.is_binary(data_type) or pa.types.is_string(data_type)
 
 
 def _lengths(array: pa.Array) -> np.ndarray:
-    """Per-row byte lengths of a binary or string array, -1 for nulls."""
-    # Imported here: the module costs every process about 3 MB, and only the size of a
-    # batch over ``max.message.bytes`` needs it (a replica's common path never does).
-    import pyarrow.compute as pc
+    """Per-row byte lengths of a binary or string array, -1 for nulls (from its offsets:
+    see :func:`_valid` for why not ``pyarrow.compute``)."""
+    rows = len(array)
+    if array.null_count == rows:
+        return np.full(rows, -1, np.int64)
+    offsets = np.frombuffer(array.buffers()[1], np.int32, rows + 1, array.offset * 4)
+    lengths = np.diff(offsets).astype(np.int64)
+    if array.null_count:
+        lengths[~_valid(array)] = -1
+    return lengths
 
-    lengths = pc.binary_length(array).fill_null(-1)
-    return lengths.to_numpy().astype(np.int64)
+
+def _integers(column: pa.Array) -> np.ndarray:
+    """An integer column's values as int64, nulls as 0."""
+    if column.null_count == len(column):
+        return np.zeros(len(column), np.int64)
+    dtype = np.dtype(str(column.type))
+    data = column.buffers()[1]
+    values = np.frombuffer(data, dtype, len(column), column.offset * dtype.itemsize)
+    values = values.astype(np.int64)
+    if column.null_count:
+        values[~_valid(column)] = 0
+    return values
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    """Per-row validity of an array with nulls, read from its bitmap with numpy.
+
+    Not ``Array.is_valid`` or ``fill_null``: they load ``pyarrow.compute`` and, through
+    the scalar a fill value becomes, pandas, about a second of CPU that a replica paid
+    on its first batch over ``max.message.bytes`` as stored (a Kafka producer's 1 MB
+    batch, in the middle of its run).
+    """
+    rows = len(array)
+    bits = np.frombuffer(array.buffers()[0], np.uint8)
+    valid = np.unpackbits(bits, count=array.offset + rows, bitorder="little")
+    return valid[array.offset :].astype(bool)
 
 
 def _field_sizes(array: pa.Array) -> np.ndarray:
@@ -595,7 +692,7 @@ def _headers_sizes(headers: pa.Array) -> np.ndarray:
     offsets = np.frombuffer(headers.buffers()[1], np.int32, rows + 1, headers.offset * 4)
     counts = np.diff(offsets).astype(np.int64)
     if headers.null_count:
-        counts[~headers.is_valid().to_numpy(zero_copy_only=False)] = 0
+        counts[~_valid(headers)] = 0
     sizes = _varint_sizes(counts)
     entries = _header_entries(headers)
     if len(entries):
@@ -608,10 +705,20 @@ def _headers_sizes(headers: pa.Array) -> np.ndarray:
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes of each value as a zigzag varint (Kafka's signed varint / varlong)."""
+    """Bytes of each value as a zigzag varint (Kafka's signed varint / varlong): one
+    comparison pass per size class the largest value reaches (two or three for the
+    lengths and deltas of a batch), not all nine."""
     zigzag = (values.astype(np.int64) << 1) ^ (values.astype(np.int64) >> 63)
     unsigned = zigzag.view(np.uint64)
-    return 1 + (unsigned[:, None] >= _VARINT_LIMITS).sum(axis=1)
+    sizes = np.ones(len(unsigned), np.int64)
+    if not len(unsigned):
+        return sizes
+    top = int(unsigned.max())
+    for limit in _VARINT_LIMITS:
+        if top < limit:
+            break
+        sizes += unsigned >= limit
+    return sizes
 
 
 __all__ = [
@@ -627,4 +734,5 @@ __all__ = [
     "encode",
     "is_record_layout",
     "kafka_batch_size",
+    "kafka_batch_size_bound",
 ]

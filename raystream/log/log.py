@@ -52,7 +52,7 @@ from raystream.log.batch import (
     verify_crc,
 )
 from raystream.log.checkpoint import fsync_directory, read_int, write_atomically
-from raystream.log.compact import CompactPayload, kafka_batch_size
+from raystream.log.compact import CompactPayload, kafka_batch_size, kafka_batch_size_bound
 from raystream.log.config import NEVER, LogConfig
 from raystream.log.epoch import LeaderEpochCache
 from raystream.log.segment import LOG_SUFFIX, NO_LIMIT, LogSegment
@@ -373,6 +373,9 @@ class Log:
             RecordTooLargeError: naming the topic partition, both sizes and the limit.
         """
         limit = self._config.max_message_bytes
+        bound = kafka_batch_size_bound(batch)
+        if bound is not None and bound <= limit:
+            return  # the common case, without counting every record's varints
         kafka_size = kafka_batch_size(batch)
         if min(kafka_size, stored_size) > limit:
             raise RecordTooLargeError(

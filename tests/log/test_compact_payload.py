@@ -242,6 +242,45 @@ def test_kafka_batch_size_matches_kafka_pythons_encoder():
         assert compact.kafka_batch_size(batch) == len(builder.build()), trial
 
 
+def test_kafka_batch_size_bound_is_never_below_the_size():
+    """The bound the log checks first (``max.message.bytes``) is an upper bound of the
+    exact count for any byte batch it covers, and close to it for a producer's uniform
+    batch; a batch with headers is left to the exact count."""
+    rng = np.random.default_rng(11)
+
+    def size(high: int) -> bytes:
+        return bytes(int(rng.integers(0, high)))
+
+    for trial in range(200):
+        rows = int(rng.integers(1, 3000))
+        keys = [None if rng.random() < 0.3 else size(300) for _ in range(rows)]
+        if rng.random() < 0.3:
+            keys = [None] * rows
+        values = [None if rng.random() < 0.1 else size(20000) for _ in range(rows)]
+        spread = int(rng.choice([0, 5, 10**4, 10**12]))
+        stamps = (START + rng.integers(-spread, spread + 1, rows)).tolist()
+        batch = build_batch(BYTES_SCHEMA, keys, values, stamps, None)
+        bound = compact.kafka_batch_size_bound(batch)
+        assert bound is not None and bound >= compact.kafka_batch_size(batch), trial
+        sliced = batch.slice(rows // 3)
+        assert compact.kafka_batch_size_bound(sliced) >= compact.kafka_batch_size(sliced), trial
+    uniform = build_batch(BYTES_SCHEMA, [None] * 9000, [b"v" * 100] * 9000, [START] * 9000, None)
+    assert compact.kafka_batch_size_bound(uniform) - compact.kafka_batch_size(uniform) <= 2 * 9000
+    with_headers = build_batch(BYTES_SCHEMA, [None], [b"v"], [START], [[("h", b"x")]])
+    assert compact.kafka_batch_size_bound(with_headers) is None
+
+
+def test_a_batch_kafka_would_take_passes_on_the_bound(make_log):
+    """A producer's full batch: over max.message.bytes as Arrow, under it in Kafka's
+    format, taken (the bound decides, no exact count needed)."""
+    rows = 9200
+    batch = build_batch(BYTES_SCHEMA, [None] * rows, [b"x" * 100] * rows, [START] * rows, None)
+    limit = 1_048_588
+    assert batch.get_total_buffer_size() > limit >= compact.kafka_batch_size_bound(batch)
+    log = make_log(max_message_bytes=limit)
+    assert log.append(batch) == (0, rows - 1)
+
+
 @pytest.mark.parametrize("codec", [None, "zstd"])
 def test_a_damaged_compact_payload_is_a_clean_error(codec):
     """A produce call's bytes carry no checksum: any truncation or flipped byte decodes
