@@ -43,9 +43,10 @@ class FrameReader:
     has it (``IncompleteReadError`` at an early end, the connection's error raised), for
     one reading coroutine at a time.
 
-    A read of more than :data:`LARGE_READ_BYTES` answers a read-only ``memoryview`` of a
-    buffer of exactly its size that the socket wrote into (read-only, as ``bytes`` are:
-    kio's readers insist on it); smaller reads answer ``bytes``.
+    A read of more than :data:`LARGE_READ_BYTES` that has not arrived yet answers a
+    read-only ``memoryview`` of a buffer of exactly its size that the socket wrote into
+    (read-only, as ``bytes`` are: kio's readers insist on it); other reads answer
+    ``bytes``.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -110,7 +111,7 @@ class FrameReader:
         self._start = self._end = 0
         self._target, self._filled = target, held
         try:
-            while self._filled < n:
+            while self._target is not None:  # handed back when full (buffer_updated)
                 if self._exception is not None:
                     raise self._exception
                 if self._eof:
@@ -163,6 +164,10 @@ class FrameReader:
         if self._target is not None:
             self._filled += count
             if self._filled == len(self._target):
+                # Full: what comes next goes to the small reads' buffer, even before the
+                # reader runs (a buffer handed to the socket is never empty: TLS takes
+                # an empty one for the peer's close).
+                self._target = None
                 self._wake()
             return
         self._end += count

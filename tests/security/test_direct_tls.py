@@ -185,6 +185,9 @@ def test_a_loop_channel_speaks_tls_and_refuses_an_untrusted_certificate(serve, p
             through(tap, served.endpoint), "trusting", lambda ch: None
         )
         assert await channel.call("echo", (MARKER,)) == MARKER
+        big = np.frombuffer(MARKER * 40_000, dtype=np.uint8)  # answers read in place
+        assert np.array_equal(await channel.call("echo", (big,)), big)
+        assert await channel.call("echo", (MARKER * 40_000,)) == MARKER * 40_000
         channel.close()
 
     asyncio.run(calls())
