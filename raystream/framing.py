@@ -27,9 +27,11 @@ from typing import Any
 
 LARGE_READ_BYTES = 64 << 10
 """A read of more than this many bytes gets its own buffer, filled by the socket."""
-CHUNK_BYTES = 64 << 10
-"""The small reads' buffer starts this large (and grows, doubling, when a read needs it)."""
-MIN_FREE_BYTES = 16 << 10
+CHUNK_BYTES = 16 << 10
+"""The small reads' buffer starts this large, grows (doubling) while what waits in it
+needs room, and goes back to this size once read empty: an idle connection (a Kafka
+listener may hold thousands) keeps only this much."""
+MIN_FREE_BYTES = 4 << 10
 """Room the small reads' buffer offers the socket at least, per read."""
 PAUSE_BYTES = 256 << 10
 """Reading pauses while more than this many bytes wait for the caller (asyncio's
@@ -148,6 +150,8 @@ class FrameReader:
             return memoryview(self._target)[self._filled :]
         if self._start == self._end:
             self._start = self._end = 0
+            if len(self._buffer) > CHUNK_BYTES:
+                self._buffer = bytearray(CHUNK_BYTES)
         if len(self._buffer) - self._end < MIN_FREE_BYTES:
             held = self._end - self._start
             if self._start:

@@ -194,3 +194,19 @@ def test_a_filled_large_read_never_leaves_the_socket_an_empty_buffer():
         assert await reader.readexactly(3) == b"xyz"
 
     asyncio.run(main())
+
+
+def test_the_small_reads_buffer_grows_for_what_waits_and_shrinks_once_read():
+    async def main() -> None:
+        reader = framing.FrameReader(asyncio.get_running_loop())
+        waiting = 0
+        while waiting < 3 * framing.CHUNK_BYTES:  # the caller reads nothing meanwhile
+            view = reader.get_buffer()
+            view[:100] = b"w" * 100
+            reader.buffer_updated(100)
+            waiting += 100
+        assert len(reader._buffer) > framing.CHUNK_BYTES
+        assert await reader.readexactly(waiting) == b"w" * waiting
+        assert len(reader.get_buffer()) == framing.CHUNK_BYTES
+
+    asyncio.run(main())

@@ -418,8 +418,10 @@ class KafkaListener:
         broker id of every node, the registry reused for :data:`BROKERS_TTL_S`."""
         now = time.monotonic()
         if self._brokers is None or now - self._brokers[0] > BROKERS_TTL_S:
-            listeners = await self._partitions.controller_call("kafka_listeners")
-            node_ids = await self._partitions.controller_call("kafka_broker_ids")
+            listeners, node_ids = await asyncio.gather(  # both at once: a client waits
+                self._partitions.controller_call("kafka_listeners"),
+                self._partitions.controller_call("kafka_broker_ids"),
+            )
             self._brokers = (now, listeners, node_ids)
         name = name or (self._specs[0].protocol if self._specs else "PLAINTEXT")
         endpoints = [

@@ -19,6 +19,7 @@ listener actor provides the Backend.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,10 +73,10 @@ async def metadata(call: Call, request: Any) -> Mapping[str, Any]:
     named by the broker id of the node its leader replica runs on, so a client sends
     produce and fetch requests to the listener next to the data."""
     backend = call.backend
-    brokers, node_ids = await backend.brokers()
-    live = {b.broker_id for b in brokers}
     names = None if request.topics is None else [t.name for t in request.topics]
-    found = await backend.topics(names)
+    # The registry and the topics at once: a producer's first records wait for this.
+    (brokers, node_ids), found = await asyncio.gather(backend.brokers(), backend.topics(names))
+    live = {b.broker_id for b in brokers}
     topics = []
     for name, meta in zip(names if names is not None else [None] * len(found), found, strict=True):
         if isinstance(meta, RaystreamError):
