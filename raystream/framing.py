@@ -231,6 +231,7 @@ class _Protocol(asyncio.streams.FlowControlMixin, asyncio.BufferedProtocol):
                 self._closed.exception()  # retrieved: nobody need wait on it
         super().connection_lost(exc)
         self.reader._transport = None
+        self.writer = None
         self._task = None
 
     def get_buffer(self, sizehint: int) -> memoryview:
