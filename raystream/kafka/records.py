@@ -1113,8 +1113,8 @@ def _encode_records(
     with numpy, joined with the keys, values and headers by one Arrow kernel."""
     count = len(keys)
     no_keys = keys.null_count == count
-    key_lengths = _varints_of(-1 if no_keys else _byte_lengths(keys))
-    value_lengths = _byte_lengths(values)
+    key_lengths = _varints_of(-1 if no_keys else compact.byte_lengths(keys))
+    value_lengths = compact.byte_lengths(values)
     header_counts, header_bytes = _encode_headers(headers)
     stamps = _varints_of(timestamp_deltas)
     deltas = _varints_of(offset_deltas)
@@ -1127,7 +1127,7 @@ def _encode_records(
     if not no_keys:
         lengths += np.maximum(key_lengths[2], 0)
     if header_bytes is not None:
-        lengths += _byte_lengths(header_bytes)
+        lengths += compact.byte_lengths(header_bytes)
     front = [_varints_of(lengths), _ATTRIBUTES, stamps, deltas, key_lengths]
     if no_keys:  # the value's length follows the key's right away
         parts = [_varint_rows([*front, sizes], count)]
@@ -1218,8 +1218,8 @@ def _encode_headers(headers: pa.Array) -> tuple[np.ndarray | int, pa.Array | Non
     if entries.null_count:
         keys = pc.if_else(entries.is_valid(), keys, pa.scalar(b"", pa.binary()))
         values = pc.if_else(entries.is_valid(), values, pa.scalar(None, pa.binary()))
-    key_lengths = np.maximum(_byte_lengths(keys), 0)
-    value_lengths = _byte_lengths(values)
+    key_lengths = np.maximum(compact.byte_lengths(keys), 0)
+    value_lengths = compact.byte_lengths(values)
     entry_count = len(keys)
     encoded = pc.binary_join_element_wise(
         _varint_rows([_varints_of(key_lengths)], entry_count),
@@ -1234,18 +1234,6 @@ def _encode_headers(headers: pa.Array) -> tuple[np.ndarray | int, pa.Array | Non
         pa.binary(), count, [None, pa.py_buffer(per_record.copy()), encoded.buffers()[2]]
     )
     return counts, blobs
-
-
-def _byte_lengths(array: pa.Array) -> np.ndarray:
-    """Per element byte length of a binary array, -1 for null (Kafka's null length)."""
-    count = len(array)
-    if array.null_count == count:
-        return np.full(count, -1, np.int64)
-    bounds = np.frombuffer(array.buffers()[1], np.int32, count + 1, array.offset * 4)
-    lengths = np.diff(bounds).astype(np.int64)
-    if array.null_count:
-        lengths[~array.is_valid().to_numpy(zero_copy_only=False)] = -1
-    return lengths
 
 
 def _filled(array: pa.Array) -> pa.Array:

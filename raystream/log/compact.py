@@ -641,9 +641,10 @@ def _is_binary(data_type: pa.DataType) -> bool:
     return pa.types.is_binary(data_type) or pa.types.is_string(data_type)
 
 
-def _lengths(array: pa.Array) -> np.ndarray:
-    """Per-row byte lengths of a binary or string array, -1 for nulls (from its offsets:
-    see :func:`_valid` for why not ``pyarrow.compute``)."""
+def byte_lengths(array: pa.Array) -> np.ndarray:
+    """Per-row byte lengths of a binary or string array, -1 for nulls (Kafka's null
+    length), read from its offsets: see :func:`_valid` for why not ``pyarrow.compute``.
+    Also what the Kafka listener's fetch encoding counts."""
     rows = len(array)
     if array.null_count == rows:
         return np.full(rows, -1, np.int64)
@@ -683,7 +684,7 @@ def _valid(array: pa.Array) -> np.ndarray:
 
 def _field_sizes(array: pa.Array) -> np.ndarray:
     """Bytes of a varint length plus the data per row (Kafka's key or value field)."""
-    lengths = _lengths(array)
+    lengths = byte_lengths(array)
     return _varint_sizes(lengths) + np.maximum(lengths, 0)
 
 
@@ -729,6 +730,7 @@ __all__ = [
     "KAFKA_BATCH_OVERHEAD",
     "TAG",
     "CompactFormatError",
+    "byte_lengths",
     "decode",
     "eligible",
     "encode",
