@@ -6,6 +6,7 @@ small reads wait and resumes when they are read. (TLS: tests/security/test_direc
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import socket
 import struct
@@ -61,6 +62,20 @@ async def _serve_once(handle) -> tuple[asyncio.Server, int, asyncio.Future]:
     return server, server.sockets[0].getsockname()[1], done
 
 
+async def _serve_while_sending(handle, send, timeout_s: float = 60):
+    """What ``handle`` returns for the one connection of a framing server on loopback,
+    while ``send(sock)`` writes that connection from a thread of its own."""
+    server, port, done = await _serve_once(handle)
+    sock = socket.create_connection(("127.0.0.1", port))
+    sender = threading.Thread(target=send, args=(sock,))
+    sender.start()
+    try:
+        return await asyncio.wait_for(done, timeout_s)
+    finally:
+        sender.join(30)
+        server.close()
+
+
 def test_frames_of_every_size_arrive_whole_however_the_writes_are_split():
     frames = _frames(seed=3, count=120)
     stream = b"".join(SIZE.pack(len(f)) + f for f in frames)
@@ -77,18 +92,8 @@ def test_frames_of_every_size_arrive_whole_however_the_writes_are_split():
             assert isinstance(frame, bytes) or (isinstance(frame, memoryview) and frame.readonly)
             got.append(bytes(frame))
 
-    async def main() -> list[bytes]:
-        server, port, done = await _serve_once(read_all)
-        sock = socket.create_connection(("127.0.0.1", port))
-        sender = threading.Thread(target=_send_in_pieces, args=(sock, stream, 5))
-        sender.start()
-        try:
-            return await asyncio.wait_for(done, 60)
-        finally:
-            sender.join(30)
-            server.close()
-
-    assert asyncio.run(main()) == frames
+    send = functools.partial(_send_in_pieces, data=stream, seed=5)
+    assert asyncio.run(_serve_while_sending(read_all, send)) == frames
 
 
 @pytest.mark.parametrize("size", [10, framing.LARGE_READ_BYTES * 3])
@@ -127,18 +132,11 @@ def test_reading_pauses_while_small_reads_wait_and_resumes_when_they_are_read():
             got += len(await reader.readexactly(min(1000, total - got)))
         return got
 
-    async def main() -> int:
-        server, port, done = await _serve_once(stall_then_read)
-        sock = socket.create_connection(("127.0.0.1", port))
-        sender = threading.Thread(target=lambda: (sock.sendall(b"s" * total), sock.close()))
-        sender.start()
-        try:
-            return await asyncio.wait_for(done, 60)
-        finally:
-            sender.join(30)
-            server.close()
+    def send(sock: socket.socket) -> None:
+        sock.sendall(b"s" * total)
+        sock.close()
 
-    assert asyncio.run(main()) == 4 * framing.PAUSE_BYTES
+    assert asyncio.run(_serve_while_sending(stall_then_read, send)) == 4 * framing.PAUSE_BYTES
 
 
 def test_open_connection_talks_both_ways_through_a_framing_server():
