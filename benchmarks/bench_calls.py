@@ -118,13 +118,22 @@ def measure(cluster: rs.Cluster, calls: int) -> dict[str, Any]:
     return figures
 
 
+def run(calls: int) -> dict[str, Any]:
+    """:func:`measure` on a cluster of its own: p50 ms by figure (the end-to-end
+    figures are (p50 ms, leader CPU ms per record, client CPU ms per record))."""
+    with harness.local_cluster("bench-calls") as cluster:
+        return measure(cluster, calls)
+
+
 def measure_redis(calls: int) -> tuple[dict[str, float], str]:
     """Redis PING, XADD and end-to-end at E2E_RATE (p50 ms), or why they are missing."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        return {}, f"redis-server not found; install it with: {peers.REDIS_APT_HINT}"
+    why = peers.missing_peer("redis")
+    if why:
+        return {}, why
     import redis
 
+    binary = shutil.which("redis-server")
+    assert binary is not None  # missing_peer checked it
     with peers.redis_server(binary) as port:
         client = redis.Redis(host="127.0.0.1", port=port)
         try:
@@ -150,8 +159,7 @@ def main() -> None:
     page_cache.add_option(parser)
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
-    with harness.local_cluster("bench-calls") as cluster:
-        ours = measure(cluster, args.calls)
+    ours = run(args.calls)
     theirs, note = ({}, "peers skipped") if args.skip_peers else measure_redis(args.calls)
 
     print(f"\n{harness.machine_line()}")

@@ -25,6 +25,7 @@ import argparse
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import psutil
@@ -182,18 +183,26 @@ def memory(cluster: rs.Cluster, topic: str) -> tuple[float, float, float]:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--skip-peers", action="store_true")
-    parser.add_argument("--e2e-rate", type=int, default=2000)
-    parser.add_argument("--e2e-seconds", type=float, default=5.0)
-    page_cache.add_option(parser)
-    args = parser.parse_args()
-    cache_note = page_cache.prepare(args)
-    n = args.records
+@dataclass
+class ClientFigures:
+    """raystream's figures of one run (see the module's docstring)."""
+
+    rates: dict[str, float]
+    """Records/s by figure name, in the order printed."""
+    e2e_p50_ms: float
+    e2e_p99_ms: float
+    e2e_off_p50_ms: float
+    """End to end without idempotence."""
+    e2e_off_p99_ms: float
+    replica_rss_mb: float
+    replica_uss_mb: float
+    controller_rss_mb: float
+
+
+def measure(records: int, e2e_rate: int, e2e_seconds: float) -> ClientFigures:
+    """raystream's produce, consume, end-to-end and memory figures, on a cluster of their
+    own (the peers are measured apart, :func:`measure_peers`)."""
+    n = records
     with harness.local_cluster("bench") as cluster:
         admin = cluster.admin()
         for name, partitions in (
@@ -206,7 +215,7 @@ def main() -> None:
             ("e2e-off", 1),
         ):
             admin.create_topic(name, partitions=partitions)
-        ours = {
+        rates = {
             "send() per record, 1 partition": produce_per_record(cluster, "p1", n),
             "send() per record, 4 partitions": produce_per_record(cluster, "p4", n),
             "send_batch()": produce_batches(cluster, "batch", n),
@@ -220,20 +229,39 @@ def main() -> None:
                 cluster, "batch-off", n, idempotence=False
             ),
         }
-        p50, p99 = end_to_end(cluster, "e2e", args.e2e_rate, args.e2e_seconds)
-        off_p50, off_p99 = end_to_end(
-            cluster, "e2e-off", args.e2e_rate, args.e2e_seconds, idempotence=False
-        )
+        p50, p99 = end_to_end(cluster, "e2e", e2e_rate, e2e_seconds)
+        off_p50, off_p99 = end_to_end(cluster, "e2e-off", e2e_rate, e2e_seconds, idempotence=False)
         admin.create_topic("idle")
         time.sleep(2)
         replica_rss, replica_uss, controller_rss = memory(cluster, "idle")
+    return ClientFigures(
+        rates, p50, p99, off_p50, off_p99, replica_rss, replica_uss, controller_rss
+    )
 
-    results = []
-    if not args.skip_peers:
-        results = [
-            peers.bench_redis(n, 100, args.e2e_rate, args.e2e_seconds),
-            peers.bench_kafka(n, 100, args.e2e_rate, args.e2e_seconds),
-        ]
+
+def measure_peers(records: int, e2e_rate: int, e2e_seconds: float) -> list[peers.PeerResult]:
+    """Redis Streams and Tansu + confluent-kafka on the same workload; a peer that is
+    not installed comes back with its figures None and a note saying what to install."""
+    return [
+        peers.bench_redis(records, 100, e2e_rate, e2e_seconds),
+        peers.bench_kafka(records, 100, e2e_rate, e2e_seconds),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--e2e-rate", type=int, default=2000)
+    parser.add_argument("--e2e-seconds", type=float, default=5.0)
+    page_cache.add_option(parser)
+    args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
+    n = args.records
+    figures = measure(n, args.e2e_rate, args.e2e_seconds)
+    results = [] if args.skip_peers else measure_peers(n, args.e2e_rate, args.e2e_seconds)
 
     print(f"\n{harness.machine_line()}")
     print(cache_note)
@@ -242,24 +270,17 @@ def main() -> None:
     for peer in results:
         header += f" {peer.name:>24} {'ratio':>7}"
     print(header)
-    peer_figures = {
-        "send() per record, 1 partition": "produce_rps",
-        "send_batch()": "produce_rps",
-        "consume per record": "consume_rps",
-        "consume per record, poll() lists": "consume_rps",
-        "consume poll_arrow": "consume_rps",
-    }
-    for name, value in ours.items():
+    for name, value in figures.rates.items():
         line = f"{name + ' (records/s)':<46} {value:>12,.0f}"
         for peer in results:
-            other = getattr(peer, peer_figures[name]) if name in peer_figures else None
+            other = getattr(peer, PEER_FIGURES[name]) if name in PEER_FIGURES else None
             line += _peer_cell(value, other, higher_is_better=True)
         print(line)
     latencies = (
-        ("end-to-end p50 (ms)", p50, "e2e_p50_ms"),
-        ("end-to-end p99 (ms)", p99, "e2e_p99_ms"),
-        ("end-to-end p50 (ms), no idempotence", off_p50, None),
-        ("end-to-end p99 (ms), no idempotence", off_p99, None),
+        ("end-to-end p50 (ms)", figures.e2e_p50_ms, "e2e_p50_ms"),
+        ("end-to-end p99 (ms)", figures.e2e_p99_ms, "e2e_p99_ms"),
+        ("end-to-end p50 (ms), no idempotence", figures.e2e_off_p50_ms, None),
+        ("end-to-end p99 (ms), no idempotence", figures.e2e_off_p99_ms, None),
     )
     for name, value, attr in latencies:
         line = f"{name:<46} {value:>12.2f}"
@@ -271,11 +292,22 @@ def main() -> None:
         if peer.note:
             print(f"note ({peer.name}): {peer.note}")
     print(
-        f"\nidle replica actor: {replica_rss:.0f} MB resident ({replica_uss:.0f} MB unique); "
-        f"controller: {controller_rss:.0f} MB resident"
+        f"\nidle replica actor: {figures.replica_rss_mb:.0f} MB resident "
+        f"({figures.replica_uss_mb:.0f} MB unique); "
+        f"controller: {figures.controller_rss_mb:.0f} MB resident"
     )
-    per_node = 24 * 2**30 / (replica_uss * 1e6)
+    per_node = 24 * 2**30 / (figures.replica_uss_mb * 1e6)
     print(f"a 24 GiB node holds about {per_node:,.0f} idle replicas (by unique memory)")
+
+
+#: The peer figure each of raystream's rates is set against.
+PEER_FIGURES = {
+    "send() per record, 1 partition": "produce_rps",
+    "send_batch()": "produce_rps",
+    "consume per record": "consume_rps",
+    "consume per record, poll() lists": "consume_rps",
+    "consume poll_arrow": "consume_rps",
+}
 
 
 def _peer_cell(ours: float, other: float | None, higher_is_better: bool) -> str:

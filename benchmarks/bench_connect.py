@@ -285,14 +285,16 @@ def mirror_into_kafka(
 
 def bench_mirror_kafka(records: int, pairs: int = 2) -> list[tuple[str, float, str]]:
     """The MirrorMaker raystream -> Tansu rows: (what, records/s, note)."""
-    from benchmarks.peers import _tansu_binary, tansu_broker
+    from benchmarks.peers import _tansu_binary, missing_peer, tansu_broker
 
-    try:
-        binary = _tansu_binary()
-    except Exception as exc:  # no broker here: say so instead of failing the other rows
-        return [("mirror into Tansu", float("nan"), f"skipped: {exc}")]
+    why = missing_peer("tansu")
+    if why:  # no broker here: say so instead of failing the other rows
+        return [("mirror into Tansu", float("nan"), f"skipped: {why}")]
     rows: list[tuple[str, float, str]] = []
-    with local_cluster("bench-mirror-kafka") as source, tansu_broker(binary) as bootstrap:
+    with (
+        local_cluster("bench-mirror-kafka") as source,
+        tansu_broker(_tansu_binary()) as bootstrap,
+    ):
         runs = [False, True] * pairs
         for i in range(len(runs)):
             source.admin().create_topic(f"bulk-{i}", partitions=1)

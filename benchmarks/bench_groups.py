@@ -205,6 +205,23 @@ def _gaps(seen: dict[int, list[float]], partitions: set[int], start: float, end:
         yield max(b - a for a, b in itertools.pairwise(times))
 
 
+def measure(
+    records: int, kills: int
+) -> tuple[dict[int, float], list[float], dict[str, tuple[float, float]]]:
+    """On a cluster of their own: records/s by member count (1, 2, 4), the rebalance
+    times (s) over ``kills`` kills, and per strategy the longest gap (ms) on the kept
+    partitions before and during a join."""
+    with harness.local_cluster("bench-groups") as cluster:
+        admin = cluster.admin()
+        admin.create_topic("bulk", partitions=12)
+        fill(cluster, "bulk", records)
+        rates = {m: throughput(cluster, "bulk", records, m) for m in (1, 2, 4)}
+        admin.create_topic("live", partitions=12)
+        times = rebalance_times(cluster, "live", kills)
+        pauses = {s: pause(cluster, "live", s) for s in ("cooperative-sticky", "range")}
+    return rates, times, pauses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -212,14 +229,7 @@ def main() -> None:
     page_cache.add_option(parser)
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
-    with harness.local_cluster("bench-groups") as cluster:
-        admin = cluster.admin()
-        admin.create_topic("bulk", partitions=12)
-        fill(cluster, "bulk", args.records)
-        rates = {m: throughput(cluster, "bulk", args.records, m) for m in (1, 2, 4)}
-        admin.create_topic("live", partitions=12)
-        times = rebalance_times(cluster, "live", args.kills)
-        pauses = {s: pause(cluster, "live", s) for s in ("cooperative-sticky", "range")}
+    rates, times, pauses = measure(args.records, args.kills)
 
     print(f"\n{harness.machine_line()}")
     print(cache_note)

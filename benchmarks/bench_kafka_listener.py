@@ -48,16 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.e2e_rounds > 1:
         return _e2e_rounds(args, workload)
 
-    with harness.local_cluster(
-        "bench-kafka-listener", broker_config={"listeners": "PLAINTEXT://127.0.0.1:0"}
-    ) as cluster:
-        ours = peers.measure_kafka_protocol(
-            "raystream listener",
-            cluster.bootstrap_servers(),
-            *workload,
-            note="on disk, rf=1",
-            throughput=throughput,
-        )
+    ours = measure(*workload, throughput=throughput)
     results = [ours]
     if not args.skip_peers:
         results.append(peers.bench_kafka(*workload, throughput=throughput))
@@ -71,6 +62,27 @@ def main(argv: list[str] | None = None) -> int:
     if len(results) == 2:
         _print_ratios(ours, results[1])
     return 0
+
+
+def measure(
+    records: int, value_bytes: int, e2e_rate: int, e2e_seconds: float, throughput: bool = True
+) -> peers.PeerResult:
+    """confluent-kafka's figures against raystream's listener on a cluster of its own
+    (without ``throughput``: only the end to end); the peer's are
+    :func:`benchmarks.peers.bench_kafka` with the same arguments."""
+    with harness.local_cluster(
+        "bench-kafka-listener", broker_config={"listeners": "PLAINTEXT://127.0.0.1:0"}
+    ) as cluster:
+        return peers.measure_kafka_protocol(
+            "raystream listener",
+            cluster.bootstrap_servers(),
+            records,
+            value_bytes,
+            e2e_rate,
+            e2e_seconds,
+            note="on disk, rf=1",
+            throughput=throughput,
+        )
 
 
 def _print_ratios(ours: peers.PeerResult, peer: peers.PeerResult) -> None:

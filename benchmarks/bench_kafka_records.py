@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import cramjam
 from kafka.record import default_records
@@ -119,7 +119,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     args = parser.parse_args()
-    _use_cramjam_lz4()
     total = args.records
     print(harness.machine_line("pyarrow", "numpy", "kafka-python", "cramjam"))
     print(f"{total:,} records of {VALUE_BYTES} bytes; records per CPU second, best of 3")
@@ -129,17 +128,29 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
-    for size in (1_000, 10_000):
+    for direction, size, codec, ours, peer in measure(total):
+        print(row.format(direction, size, codec or "none", ours, peer, ours / peer), flush=True)
+
+
+def measure(
+    total: int,
+    sizes: tuple[int, ...] = (1_000, 10_000),
+    codecs: tuple[str | None, ...] = (None, "lz4"),
+) -> Iterator[tuple[str, int, str | None, float, float]]:
+    """(direction, batch size, codec, raystream's records per CPU second,
+    kafka-python's) for decode and encode of ``total`` records, figure by figure as
+    each is measured."""
+    _use_cramjam_lz4()
+    for size in sizes:
         stored = stored_batches(total, size)
-        for codec in (None, "lz4"):
-            name = codec or "none"
+        for codec in codecs:
             batches = kafka_batches(total, size, codec)
             ours = rate(lambda b=batches: ours_decode(b), total)
             peer = rate(lambda b=batches: peer_decode(b), total, rounds=1)
-            print(row.format("decode", size, name, ours, peer, ours / peer))
+            yield "decode", size, codec, ours, peer
             ours = rate(lambda s=stored, c=codec: ours_encode(s, c), total)
             peer = rate(lambda n=size, c=codec: kafka_batches(total, n, c), total, rounds=1)
-            print(row.format("encode", size, name, ours, peer, ours / peer))
+            yield "encode", size, codec, ours, peer
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import crc32c
@@ -146,22 +147,26 @@ def best(rounds: int, measure: Callable[[], float]) -> float:
     return min(measure() for _ in range(rounds))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--records", type=int, default=10_000_000)
-    parser.add_argument(
-        "--big-gb", type=float, default=5.0, help="log size for the size check (0 skips)"
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="best of this many runs")
-    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
-    page_cache.add_option(parser)
-    args = parser.parse_args()
-    cache_note = page_cache.prepare(args, args.dir)
-    root = tempfile.mkdtemp(prefix="raystream-bench-", dir=args.dir)
+@dataclass
+class LogFigures:
+    """One run's figures."""
+
+    records: int
+    """Records appended and read (whole batches of :data:`BATCH`)."""
+    rows: list[tuple[str, float, float | None, float | None]]
+    """(operation, records/s, ratio to the raw Arrow IPC figure, CPU-time ratio)."""
+    paired: list[float]
+    """Log.append against the raw write, round by round."""
+    big_rows: list[tuple[str, float]]
+    """The size check: (probe, records/s); empty when skipped."""
+
+
+def measure(records_wanted: int, big_gb: float, rounds: int, directory: str | None) -> LogFigures:
+    """Every figure, in a temporary directory under ``directory`` (default: the temp
+    dir), removed afterwards; ``big_gb`` 0 skips the size check."""
+    root = tempfile.mkdtemp(prefix="raystream-bench-", dir=directory)
     batch = make_batch()
-    batches = args.records // BATCH
+    batches = records_wanted // BATCH
     records = batches * BATCH
     rows: list[tuple[str, float, float | None, float | None]] = []
     paired: list[float] = []
@@ -218,7 +223,7 @@ def main() -> None:
         # Interleaved rounds: the page cache's state after gigabytes of writes moves
         # every writer's speed, so the ceiling and the log are measured side by side.
         writes: dict[str, list[Timing]] = {"raw": [], "bound": [], "append": [], "flush": []}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             writes["raw"].append(raw_round())
             writes["bound"].append(bound_round())
             writes["append"].append(append_round(False))
@@ -230,14 +235,14 @@ def main() -> None:
         paired = [
             raw.wall / log.wall for raw, log in zip(writes["raw"], writes["append"], strict=True)
         ]
-        raw_read = best(args.rounds, lambda: raw_ipc_read(raw_path, batch, batches))
+        raw_read = best(rounds, lambda: raw_ipc_read(raw_path, batch, batches))
         os.unlink(raw_path)
-        copies = [copy_round() for _ in range(args.rounds)]
+        copies = [copy_round() for _ in range(rounds)]
         copy = Timing(min(t.wall for t in copies), min(t.cpu for t in copies))
         shutil.rmtree(copy_path)
-        read_cold = best(args.rounds, first_read_after_reopen)
+        read_cold = best(rounds, first_read_after_reopen)
         log = Log.open(log_path, LogConfig())
-        read = best(args.rounds, lambda: log_read(log, 0, records))
+        read = best(rounds, lambda: log_read(log, 0, records))
         log.close()
 
         fsync_batches = min(batches, 2000)
@@ -270,12 +275,34 @@ def main() -> None:
                 None,
             ),
         ]
-        if args.big_gb > 0:
-            big_rows = size_independence(
-                root, batch, args.big_gb, min(batches, 1000), max(args.rounds, 5)
-            )
+        if big_gb > 0:
+            big_rows = size_independence(root, batch, big_gb, min(batches, 1000), max(rounds, 5))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+    return LogFigures(records, rows, paired, big_rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument(
+        "--big-gb", type=float, default=5.0, help="log size for the size check (0 skips)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    page_cache.add_option(parser)
+    args = parser.parse_args()
+    cache_note = page_cache.prepare(args, args.dir)
+    figures = measure(args.records, args.big_gb, args.rounds, args.dir)
+    records, rows, paired, big_rows = (
+        figures.records,
+        figures.rows,
+        figures.paired,
+        figures.big_rows,
+    )
 
     print(f"\n{harness.machine_line()}")
     print(cache_note)

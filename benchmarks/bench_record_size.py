@@ -89,6 +89,18 @@ def kafka_size(batch: pa.RecordBatch) -> int:
     return len(builder.build())
 
 
+def bytes_per_record(rows: int, keyed: bool, count: int) -> tuple[float, float, float]:
+    """Bytes per record of ``count`` batches of ``rows`` records: as raystream stores
+    them, as Arrow IPC streams (the format before the compact payload), as Kafka v2."""
+    batches = [records(rows, keyed, i * rows) for i in range(count)]
+    total = rows * count
+    return (
+        raystream_bytes(batches) / total,
+        sum(map(arrow_ipc_size, batches)) / total,
+        sum(map(kafka_size, batches)) / total,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=200, help="batches per case (≥ 1)")
@@ -104,11 +116,7 @@ def main() -> None:
     for keyed in (False, True):
         for rows in (1, 10, 100, FULL_BATCH):
             count = max(1, args.batches if rows < FULL_BATCH else args.batches // 10)
-            batches = [records(rows, keyed, i * rows) for i in range(count)]
-            total = rows * count
-            ours = raystream_bytes(batches) / total
-            before = sum(map(arrow_ipc_size, batches)) / total
-            kafka = sum(map(kafka_size, batches)) / total
+            ours, before, kafka = bytes_per_record(rows, keyed, count)
             name = "10-byte key, 1 header" if keyed else "no key, no headers"
             label = f"{rows} (full)" if rows == FULL_BATCH else str(rows)
             print(

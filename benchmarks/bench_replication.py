@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import ray
 
@@ -53,18 +54,18 @@ def failover_times(cluster: rs.Cluster, topic: str, kills: int) -> list[float]:
     return times
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--kills", type=int, default=10)
-    parser.add_argument("--e2e-rate", type=int, default=2000)
-    parser.add_argument("--e2e-seconds", type=float, default=5.0)
-    parser.add_argument("--skip-peers", action="store_true")
-    page_cache.add_option(parser)
-    args = parser.parse_args()
-    cache_note = page_cache.prepare(args)
+@dataclass
+class ReplicationFigures:
+    """One run's figures: per setup (name, records/s, e2e p50 ms, e2e p99 ms), rf=1
+    first; and the failover times, seconds."""
+
+    setups: list[tuple[str, float, float, float]]
+    failover_s: list[float]
+
+
+def measure(records: int, kills: int, e2e_rate: int, e2e_seconds: float) -> ReplicationFigures:
+    """Throughput and end to end for rf=1, rf=3 acks=1 and rf=3 acks=all, then
+    ``kills`` failovers, on a cluster of their own."""
     rows = []
     with harness.local_cluster("bench-replication") as cluster:
         admin = cluster.admin()
@@ -81,13 +82,28 @@ def main() -> None:
             admin.create_topic(
                 topic + "-e2e", replication_factor=rf, config={"min.insync.replicas": min(rf, 2)}
             )
-            rps = produce_per_record(cluster, topic, args.records, acks=acks)
-            p50, p99 = end_to_end(
-                cluster, topic + "-e2e", args.e2e_rate, args.e2e_seconds, acks=acks
-            )
+            rps = produce_per_record(cluster, topic, records, acks=acks)
+            p50, p99 = end_to_end(cluster, topic + "-e2e", e2e_rate, e2e_seconds, acks=acks)
             rows.append((name, rps, p50, p99))
         admin.create_topic("failover", replication_factor=3, config={"min.insync.replicas": 2})
-        kills = failover_times(cluster, "failover", args.kills)
+        times = failover_times(cluster, "failover", kills)
+    return ReplicationFigures(rows, times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--e2e-rate", type=int, default=2000)
+    parser.add_argument("--e2e-seconds", type=float, default=5.0)
+    parser.add_argument("--skip-peers", action="store_true")
+    page_cache.add_option(parser)
+    args = parser.parse_args()
+    cache_note = page_cache.prepare(args)
+    figures = measure(args.records, args.kills, args.e2e_rate, args.e2e_seconds)
+    rows, kills = figures.setups, figures.failover_s
     redis = (
         None
         if args.skip_peers

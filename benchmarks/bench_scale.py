@@ -279,6 +279,16 @@ def measure_replicas(run: Run, seconds: float, budget: float | None) -> None:
             )
 
 
+def measure(steps: list[int], seconds: float, budget: float | None, bare: bool = True) -> Run:
+    """Every step's figures: the bare actors' in a Ray of their own (unless not
+    ``bare``), then the replicas' (``budget``: bytes the run's processes may take)."""
+    run = Run(sorted(steps))
+    if bare:
+        measure_bare(run, seconds, budget)
+    measure_replicas(run, seconds, budget)
+    return run
+
+
 def _ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}" if value is not None and base else "-"
 
@@ -395,10 +405,7 @@ def main() -> None:
     if not sys.platform.startswith("linux"):
         parser.error("unique memory is read from /proc: Linux only")
     budget = args.max_memory_gb * 2**30 if args.max_memory_gb else None
-    run = Run(args.steps)
-    if not args.skip_bare:
-        measure_bare(run, args.seconds, budget)
-    measure_replicas(run, args.seconds, budget)
+    run = measure(args.steps, args.seconds, budget, bare=not args.skip_bare)
     report(run, args.seconds)
 
 

@@ -344,6 +344,16 @@ def acl_check_costs(count: int) -> list[tuple[str, float]]:
     ]
 
 
+def measure(records: int, value_bytes: int, rounds: int, acls: int) -> list[Setup]:
+    """The four configurations (PLAINTEXT first, the ACLs' last), each with its rate
+    of every round; the order is reversed every other round."""
+    with clusters(acls) as setups:
+        for r in range(rounds):
+            for setup in setups if r % 2 == 0 else reversed(setups):
+                setup.rates.append(produce_rate(setup, records, value_bytes))
+    return setups
+
+
 def print_table(setups: list[Setup], value_bytes: int) -> None:
     """One row per configuration: each round's rate, the median, MB/s, the ratio."""
     base = setups[0].median
@@ -370,10 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.acls < 1:
         parser.error("--acls must be at least 1 (the producer's own grant)")
 
-    with clusters(args.acls) as setups:
-        for r in range(args.rounds):
-            for setup in setups if r % 2 == 0 else reversed(setups):
-                setup.rates.append(produce_rate(setup, args.records, args.value_bytes))
+    setups = measure(args.records, args.value_bytes, args.rounds, args.acls)
 
     print(harness.machine_line("confluent-kafka"))
     print(

@@ -158,6 +158,23 @@ def bench(cluster: rs.Cluster, spark: Any, n: int, n_write: int, rounds: int) ->
     return figures
 
 
+def measure(records: int, write_records: int, partitions: int, rounds: int) -> dict[str, float]:
+    """Every figure (seconds, by name) on a cluster and Spark session of their own."""
+    with harness.local_cluster("bench-spark") as cluster:
+        admin = cluster.admin()
+        admin.create_topic("source", partitions=partitions)
+        admin.create_topic("sink", partitions=partitions)
+        _, fill_s = timed(lambda: fill(cluster, "source", records))
+        print(f"filled 'source' with {records:,} records in {fill_s:.1f} s", flush=True)
+        spark = rs.spark.session(
+            cluster, app_name="bench-spark", executor_cores=2, executor_memory="4g"
+        )
+        try:
+            return bench(cluster, spark, records, write_records, rounds)
+        finally:
+            rs.spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -171,17 +188,7 @@ def main() -> None:
     cache_note = page_cache.prepare(args)
     n = args.records
     n_write = args.write_records or n
-    with harness.local_cluster("bench-spark") as cluster:
-        admin = cluster.admin()
-        admin.create_topic("source", partitions=args.partitions)
-        admin.create_topic("sink", partitions=args.partitions)
-        _, fill_s = timed(lambda: fill(cluster, "source", n))
-        print(f"filled 'source' with {n:,} records in {fill_s:.1f} s", flush=True)
-        spark = rs.spark.session(
-            cluster, app_name="bench-spark", executor_cores=2, executor_memory="4g"
-        )
-        figures = bench(cluster, spark, n, n_write, args.rounds)
-        rs.spark.stop()
+    figures = measure(n, n_write, args.partitions, args.rounds)
 
     print(f"\n{harness.machine_line('pyspark', 'raydp')}")
     print(cache_note)

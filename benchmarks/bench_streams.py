@@ -706,10 +706,49 @@ def main() -> None:
     parser.add_argument("--peers", default="quix,faust", help="comma list; '' for none")
     parser.add_argument("--skip-raystream", action="store_true")
     args = parser.parse_args()
+    requested = [p for p in args.peers.split(",") if p]
+    unknown = [p for p in requested if p not in PEER_NAMES]
+    if unknown:
+        parser.error(f"--peers: unknown {unknown}; the peers are {', '.join(PEER_NAMES)}")
+    peer_names, missing = runnable_peers(requested)
+    for why in missing.values():
+        print(f"peer skipped: {why}", flush=True)
+    work, figures = measure(
+        args.events, args.keys, args.spread_minutes, peer_names, not args.skip_raystream
+    )
+    report(work, figures, peer_names)
+    for why in missing.values():
+        print(f"peer skipped: {why}")
+
+
+#: The peers this benchmark runs, by ``--peers`` name.
+PEER_NAMES = ("quix", "faust")
+
+
+def runnable_peers(requested: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The peers of ``requested`` that can run here, and for each other one why not
+    (the package to install). Checked before anything is measured: a peer found missing
+    after the other jobs ran would cost their figures."""
+    from benchmarks import peers
+
+    missing = {}
+    broker = peers.missing_peer("tansu") if requested else ""
+    for name in requested:
+        why = peers.missing_peer(name) or broker
+        if why:
+            missing[name] = why
+    return [n for n in requested if n not in missing], missing
+
+
+def measure(
+    events: int, keys: int, spread_minutes: int, peer_names: list[str], raystream: bool = True
+) -> tuple[Workload, list[Figure]]:
+    """Every job of every system in one run: the peers (each already known to be
+    installed, see :func:`runnable_peers`) on a Tansu broker, then raystream's
+    variants (:data:`RS_RUNS`) on a local cluster; the workload and the figures."""
     t0 = (int(time.time() * 1000) // WINDOW_MS - 60) * WINDOW_MS
-    work = Workload(args.events, args.keys, args.spread_minutes, t0)
+    work = Workload(events, keys, spread_minutes, t0)
     figures: list[Figure] = []
-    peer_names = [p for p in args.peers.split(",") if p]
     if peer_names:
         with tansu() as bootstrap:
             for peer in peer_names:
@@ -717,7 +756,7 @@ def main() -> None:
                     fig = run_peer(peer, job, bootstrap, work)
                     print(f"  {fig.system} {fig.job}: {fig.rps} {fig.note}", flush=True)
                     figures.append(fig)
-    if not args.skip_raystream:
+    if raystream:
         from benchmarks import harness
 
         with harness.local_cluster("bench-streams") as cluster:
@@ -725,7 +764,7 @@ def main() -> None:
                 fig = rs_run(cluster, work, job, variant, guarantee)
                 print(f"  {fig.system} {fig.job}: {fig.rps:,.0f} {fig.note}", flush=True)
                 figures.append(fig)
-    report(work, figures, peer_names)
+    return work, figures
 
 
 def report(work: Workload, figures: list[Figure], peer_names: list[str]) -> None:

@@ -23,6 +23,7 @@ import argparse
 import itertools
 import statistics
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -116,6 +117,54 @@ def transform(
     return seen / seconds
 
 
+@dataclass
+class TransactionFigures:
+    """One run's figures (records/s)."""
+
+    produced: dict[str | int, float]
+    """The producer: "plain", then each transaction size."""
+    pipelines: dict[int, tuple[float, float]]
+    """Consume-transform-produce per batch size: the medians (at-least-once, exactly-once)."""
+    rounds: dict[int, list[tuple[float, float]]]
+    """Every round's (at-least-once, exactly-once) per batch size."""
+
+
+def measure(records: int, rounds_per_size: int) -> TransactionFigures:
+    """The producer and consume-transform-produce figures on a cluster of their own."""
+    n = records
+    with harness.local_cluster("bench-txn") as cluster:
+        admin = cluster.admin()
+        admin.create_topic("input")
+        fill(cluster, "input", n)
+        produced: dict[str | int, float] = {}
+        for name in ("plain", *SIZES):
+            topic = f"produce-{name}"
+            admin.create_topic(topic)
+            count = min(n, 200 * name) if isinstance(name, int) else n
+            produced[name] = produce(cluster, topic, count, name if name != "plain" else None)
+        for mode in ("alo", "eos"):  # one output topic per mode for every run
+            admin.create_topic(f"sink-{mode}")
+        pipelines = {}
+        rounds = {}
+        for size in SIZES:
+            count = min(n, 200 * size)
+            # Each run reads the input from the start in a new group; the rounds
+            # alternate the two modes, and each figure is the median of its rounds.
+            runs = [
+                (
+                    transform(cluster, "input", "sink-alo", count, size, exactly_once=False),
+                    transform(cluster, "input", "sink-eos", count, size, exactly_once=True),
+                )
+                for _ in range(rounds_per_size)
+            ]
+            rounds[size] = runs
+            pipelines[size] = (
+                statistics.median(alo for alo, _ in runs),
+                statistics.median(eos for _, eos in runs),
+            )
+    return TransactionFigures(produced, pipelines, rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -128,36 +177,8 @@ def main() -> None:
     args = parser.parse_args()
     cache_note = page_cache.prepare(args)
     n = args.records
-    with harness.local_cluster("bench-txn") as cluster:
-        admin = cluster.admin()
-        admin.create_topic("input")
-        fill(cluster, "input", n)
-        produced: dict[str, float] = {}
-        for name in ("plain", *SIZES):
-            topic = f"produce-{name}"
-            admin.create_topic(topic)
-            records = min(n, 200 * name) if isinstance(name, int) else n
-            produced[name] = produce(cluster, topic, records, name if name != "plain" else None)
-        for mode in ("alo", "eos"):  # one output topic per mode for every run
-            admin.create_topic(f"sink-{mode}")
-        pipelines = {}
-        rounds = {}
-        for size in SIZES:
-            records = min(n, 200 * size)
-            # Each run reads the input from the start in a new group; the rounds
-            # alternate the two modes, and each figure is the median of its rounds.
-            runs = [
-                (
-                    transform(cluster, "input", "sink-alo", records, size, exactly_once=False),
-                    transform(cluster, "input", "sink-eos", records, size, exactly_once=True),
-                )
-                for _ in range(args.rounds)
-            ]
-            rounds[size] = runs
-            pipelines[size] = (
-                statistics.median(alo for alo, _ in runs),
-                statistics.median(eos for _, eos in runs),
-            )
+    figures = measure(n, args.rounds)
+    produced, pipelines, rounds = figures.produced, figures.pipelines, figures.rounds
 
     print(f"\n{harness.machine_line()}")
     print(cache_note)

