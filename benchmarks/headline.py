@@ -944,7 +944,8 @@ def main(argv: list[str] | None = None) -> int:
         for why in missing.values():
             print(f"- peer missing: {why}")
         for note in notes:
-            print(f"- {note}")
+            if not any(why in note for why in missing.values()):  # said just above
+                print(f"- {note}")
     return 1 if failed else 0
 
 
