@@ -7,27 +7,38 @@ steps ``ray up`` takes before it contacts the cloud. Nothing here needs AWS
 credentials or network access: the AWS-specific bootstrap step (which calls
 boto3) is never reached.
 
-The slow test starts a Ray cluster of its own on loopback with Ray's fake
-multi-node provider, using the node types from cluster.yaml scaled down to
-this machine, and checks that the autoscaler launches a worker node of the
-worker type when resources are requested.
+The README's "Run on a Ray cluster" section and cluster.yaml must agree on how
+raystream reaches the nodes (it is not on PyPI): the README builds the wheel
+into the directory ``file_mounts`` ships, and names the install command the
+setup commands run.
+
+The autoscaler itself, driven by cluster.yaml's node types on Ray's fake
+multi-node provider, is tested in test_cluster_yaml_autoscaler.py.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
+import posixpath
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import click
 import jsonschema
 import pytest
+import tomllib
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
 from raystream.config import BrokerConfig
 
-CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER_YAML = ROOT / "cluster.yaml"
+README = ROOT / "README.md"
+CLUSTER_SECTION = "## Run on a Ray cluster"
 LOCAL_BEGIN = "# BEGIN local provider"
 LOCAL_END = "# END local provider"
 DATA_DIR = "/mnt/raystream"
@@ -108,6 +119,7 @@ def test_prepared_config_passes_ray_validation():
         assert node_type["max_workers"] <= config["max_workers"]
     # Our commands replace the AWS defaults rather than being merged with them.
     assert config["setup_commands"] == raw["setup_commands"]
+    assert config["file_mounts"] == raw["file_mounts"]
     assert config["head_start_ray_commands"] == raw["head_start_ray_commands"]
     assert config["worker_start_ray_commands"] == raw["worker_start_ray_commands"]
 
@@ -123,7 +135,7 @@ def test_setup_and_start_commands():
     setup = config["setup_commands"]
     assert f"sudo mkdir -p {DATA_DIR} && sudo chown $USER {DATA_DIR}" in setup
     assert any("sudo apt-get install -y openjdk-17-jre-headless" in c for c in setup)
-    assert "pip install raystream" in setup
+    assert setup[-1] == "pip install /tmp/raystream/dist/raystream-*.whl"
 
     head = config["head_start_ray_commands"]
     assert head[0] == "ray stop"
@@ -150,6 +162,70 @@ def test_setup_and_start_commands():
     assert len(worker) == 2
     assert "ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076" in worker[1]
     assert startup in worker[1]
+
+
+def readme_cluster_section() -> str:
+    """The README's "Run on a Ray cluster" section, up to the next section."""
+    text = README.read_text()
+    assert text.count(CLUSTER_SECTION + "\n") == 1, f"expected one {CLUSTER_SECTION!r}"
+    section = text.split(CLUSTER_SECTION + "\n", 1)[1]
+    return section.split("\n## ", 1)[0]
+
+
+def raystream_installs(config: dict[str, Any]) -> list[str]:
+    """The setup commands that install raystream."""
+    return [c for c in config["setup_commands"] if c.startswith("pip install") and "raystream" in c]
+
+
+def test_the_readme_builds_the_wheel_that_the_setup_commands_install():
+    """raystream is not on PyPI: the README builds its wheel into a directory, file_mounts
+    ships that directory to the nodes, and the setup commands install the wheel from
+    where it lands; the README names that same install command."""
+    section = readme_cluster_section()
+    config = load_cluster_yaml()
+
+    builds = [
+        shlex.split(line.split("#", 1)[0].split("&&")[-1])
+        for line in section.splitlines()
+        if "pip wheel" in line
+    ]
+    assert len(builds) == 1, f"the section should build one wheel: {builds}"
+    (build,) = builds
+    assert build[:3] == ["pip", "wheel", "--no-deps"], build
+    assert build[-1] == ".", "the wheel is built from the checkout"
+    wheel_dir = posixpath.normpath(build[build.index("-w") + 1])
+
+    shipped = [
+        remote
+        for remote, local in config["file_mounts"].items()
+        if posixpath.normpath(local) == wheel_dir
+    ]
+    assert len(shipped) == 1, f"file_mounts should ship {wheel_dir!r}: {config['file_mounts']}"
+    (remote,) = shipped
+
+    (install,) = raystream_installs(config)
+    assert install == f"pip install {posixpath.join(remote, 'raystream-*.whl')}"
+    assert f"`{install}`" in section, "the README names another install than cluster.yaml"
+    assert "ray up cluster.yaml" in section
+
+    # The glob matches the file pip wheel names for this project.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wheel = f"{project['name']}-{project['version']}-py3-none-any.whl"
+    assert fnmatch.fnmatch(wheel, posixpath.basename(install.split()[-1]))
+    assert f"{wheel_dir}/{wheel}" in section, "the README shows the wheel it builds"
+
+
+def test_nothing_installs_raystream_from_pypi():
+    """`pip install raystream` would fetch another project's package, or fail: raystream
+    is installed from the wheel the README builds, in cluster.yaml and its README."""
+    pypi = re.compile(r"pip install\s+['\"]?raystream(\s|['\"`=<>\[]|$)")
+    texts = {
+        "cluster.yaml setup_commands": "\n".join(load_cluster_yaml()["setup_commands"]),
+        "cluster.yaml": CLUSTER_YAML.read_text(),
+        "README's cluster section": readme_cluster_section(),
+    }
+    for where, text in texts.items():
+        assert not pypi.search(text), f"{where} installs raystream from PyPI"
 
 
 def test_validation_rejects_broken_configs():
@@ -220,8 +296,3 @@ def test_local_variant_needs_node_types_removed():
     config.update(local_variant_block())
     with pytest.raises(click.ClickException):
         prepare_config(config)
-
-
-# ---------------------------------------------------------------------------
-# Fake multi-node provider: the node types drive a real autoscaler
-# ---------------------------------------------------------------------------
