@@ -484,6 +484,9 @@ def test_the_demo_runs_end_to_end_showing_only_its_own_lines() -> None:
     assert "every acknowledged order consumed:  yes" in result.stdout
     assert "orders of each customer in order:  yes" in result.stdout
     assert "failover: leader" in result.stdout
+    rebalanced = result.stdout.split("the group rebalanced:\n")[1].splitlines()[:2]
+    held = sorted(line.split(": ")[1] for line in rebalanced)
+    assert held == ["orders-0", "orders-1"], rebalanced  # shown once the group settled
     assert "revenue per category" in result.stdout
     assert "Spark on Ray" in result.stdout
     foreign = [line for line in result.stdout.splitlines() if not DEMO_LINE.fullmatch(line)]
