@@ -43,6 +43,7 @@ from raystream.controller.metadata import (
     TopicState,
     check_not_internal,
     is_internal,
+    topic_counts,
     validate_count,
     validate_topic_name,
 )
@@ -1350,7 +1351,8 @@ class Controller:
             return failure(error)
 
     def status(self) -> dict[str, Any]:
-        """Cluster overview for ``raystream status``."""
+        """Cluster overview for ``raystream status``: nodes, the topics, partitions and
+        replicas clients see (user and internal topics counted apart), and warnings."""
         with self._lock:
             topics = list(self.topics.values())
         offline = []
@@ -1371,9 +1373,7 @@ class Controller:
             "controller_node": self.node_id,
             "controller_pid": os.getpid(),
             "nodes": alive_nodes(),
-            "topics": len([t for t in topics if not is_internal(t.name) and t.creating_from != 0]),
-            "partitions": sum(len(t.partitions) for t in topics),
-            "replicas": len(self._handles),
+            **topic_counts(topics),
             "offline_partitions": offline,
             "under_replicated_partitions": under_replicated,
             "partitions_not_spread": not_spread,

@@ -26,9 +26,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from raystream.errors import GroupIdNotFoundError
+from raystream.types import TopicPartition
 
 ORDER_SCHEMA = pa.schema(
     [
@@ -301,14 +305,16 @@ def _process_with_group(cluster, admin, expected: int, partitions: int) -> set[i
         for row in table.group_by("member").aggregate([("order_id", "count")]).to_pylist():
             members[row["member"]] = members.get(row["member"], 0) + row["order_id_count"]
 
-    def show(statuses) -> None:
+    def show() -> None:
+        statuses = _settled_statuses(admin, group, partitions, timeout_s=60)
+        if statuses is None:
+            statuses = group.status()
+            print("    (the group had not settled after 60 s; its members now:)")
         for i, status in enumerate(statuses):
             owned = " ".join(f"orders-{tp.partition}" for tp in status.get("assignment", []))
             print(f"    member {i}: {owned or '(idle)'}")
 
-    while sum(len(s.get("assignment", [])) for s in group.status()) < partitions:
-        time.sleep(0.2)
-    show(group.status())
+    show()
     while len(seen) < expected // 3 and time.perf_counter() - started < 120:
         read(500)
     victim = group.members[0]
@@ -321,7 +327,7 @@ def _process_with_group(cluster, admin, expected: int, partitions: int) -> set[i
         f"    all {len(seen):,} orders processed {time.perf_counter() - killed:.1f} s after "
         "the kill; Ray restarted the member and the group rebalanced:"
     )
-    show(group.status())
+    show()
     group.stop()
     reader.close()
     print("    orders forwarded per member process (duplicates from the crash included):")
@@ -330,6 +336,38 @@ def _process_with_group(cluster, admin, expected: int, partitions: int) -> set[i
     seconds = time.perf_counter() - started
     print(f"    {len(seen):,} distinct orders in {seconds:.1f} s")
     return seen
+
+
+def _settled_statuses(
+    admin, group, partitions: int, timeout_s: float
+) -> list[dict[str, Any]] | None:
+    """The members' statuses once the group has settled, or None after ``timeout_s``.
+
+    Settled: the coordinator says the group is Stable with every member actor in it,
+    and the members' own assignments hold each partition of 'orders' exactly once. Right
+    after a member crashes, the survivors finish their work before Ray's restarted
+    member has rejoined and the rebalance is over, so the assignment is only worth
+    showing once this holds.
+    """
+    every_partition = [TopicPartition("orders", p) for p in range(partitions)]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        statuses = group.status()
+        held = sorted(tp for status in statuses for tp in status.get("assignment", []))
+        if held == every_partition and all(status.get("alive") for status in statuses):
+            try:
+                description = admin.describe_group(group.group_id)
+            except GroupIdNotFoundError:
+                description = None
+            if (
+                description is not None
+                and description.state == "Stable"
+                and len(description.members) == len(statuses)
+                and sorted(tp for tps in description.members.values() for tp in tps) == held
+            ):
+                return statuses
+        time.sleep(0.2)
+    return None
 
 
 def _spark_step(cluster, admin) -> bool:

@@ -93,6 +93,27 @@ def print_topic(description: TopicDescription, brief: bool = False) -> None:
         )
 
 
+def topic_counts_line(overview: dict[str, Any]) -> str:
+    """The status line's topic figures, user topics first and internal ones apart, e.g.
+    ``1 (3 partitions, 3 replicas); internal: 1 (1 partition, 1 replica)``."""
+
+    def counted(prefix: str) -> str:
+        partitions, replicas = overview[f"{prefix}partitions"], overview[f"{prefix}replicas"]
+        return (
+            f"{overview[f'{prefix}topics']} ({_plural(partitions, 'partition')}, "
+            f"{_plural(replicas, 'replica')})"
+        )
+
+    line = counted("")
+    if overview.get("internal_topics"):
+        line += f"; internal: {counted('internal_')}"
+    return line
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def status(args: argparse.Namespace, cluster: Any) -> int:
     """Nodes, topics, partitions and warnings."""
     overview = cluster.status()
@@ -104,10 +125,7 @@ def status(args: argparse.Namespace, cluster: Any) -> int:
     print(f"namespace:   {overview['namespace']}")
     print(f"data dir:    {overview['data_dir']}")
     print(f"nodes:       {len(overview['nodes'])}")
-    print(
-        f"topics:      {overview['topics']} ({overview['partitions']} partitions, "
-        f"{overview['replicas']} replicas)"
-    )
+    print(f"topics:      {topic_counts_line(overview)}")
     for listener in overview.get("kafka_listeners", []):
         endpoints = ", ".join(
             f"{e['protocol']}://{e['host']}:{e['port']}" for e in listener["endpoints"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -179,3 +180,35 @@ class TopicState:
             value_schema=None if schema is None else base64.b64decode(schema),
             **data,
         )
+
+
+def topic_counts(topics: Iterable[TopicState]) -> dict[str, int]:
+    """How many topics, partitions and replicas clients see, user and internal apart.
+
+    Each figure counts the same topics, so that they add up: a topic being created is
+    not counted yet (clients do not see it), and of a topic being grown only the
+    partitions clients see are. Example: ``orders`` (3 partitions, replication factor
+    1) and the 1-partition ``__consumer_offsets`` give ``{"topics": 1, "partitions": 3,
+    "replicas": 3, "internal_topics": 1, "internal_partitions": 1,
+    "internal_replicas": 1}``.
+    """
+    counts = dict.fromkeys(
+        (
+            "topics",
+            "partitions",
+            "replicas",
+            "internal_topics",
+            "internal_partitions",
+            "internal_replicas",
+        ),
+        0,
+    )
+    for topic in topics:
+        if topic.creating_from == 0:
+            continue
+        prefix = "internal_" if is_internal(topic.name) else ""
+        partitions = topic.visible_partitions()
+        counts[f"{prefix}topics"] += 1
+        counts[f"{prefix}partitions"] += len(partitions)
+        counts[f"{prefix}replicas"] += sum(len(p.replicas) for p in partitions)
+    return counts

@@ -305,6 +305,49 @@ def test_list_and_describe_commands_print_json(cli, capsys, monkeypatch) -> None
     assert "described" in [t["name"] for t in status["topic_descriptions"]]
 
 
+STATUS_TOPICS = (
+    r"^topics: +(\d+) \((\d+) partitions?, (\d+) replicas?\)"
+    r"; internal: (\d+) \((\d+) partitions?, (\d+) replicas?\)$"
+)
+"""``raystream status``'s line of topic figures, user topics then internal ones."""
+
+
+def test_status_counts_user_topics_in_every_figure_and_internal_ones_apart(
+    cli, capsys, monkeypatch
+) -> None:
+    """The topics, partitions and replicas figures count the same topics, those
+    ``topics list`` shows (the offsets topic was once in the partitions and replicas but
+    not the topics); internal topics, here the offsets topic a group's commit needs,
+    are counted apart."""
+    assert cli("topics", "create", "counted", "--partitions", "3") == 0
+    _stdin(monkeypatch, "a\n")
+    assert cli("produce", "counted", "--allow-keyless") == 0
+    args = ["--group", "counting-group", "--from-beginning", "--max-messages", "1"]
+    assert cli("consume", "counted", *args) == 0
+    capsys.readouterr()
+    assert cli("status", "--output", "json") == 0
+    status = json.loads(capsys.readouterr().out)
+    partitions = [p for d in status["topic_descriptions"] for p in d["partitions"]]
+    assert status["topics"] == len(status["topic_descriptions"])
+    assert status["partitions"] == len(partitions)
+    assert status["replicas"] == sum(len(p["replicas"]) for p in partitions)
+    assert status["internal_topics"] >= 1
+    assert cli("status") == 0
+    line = re.search(STATUS_TOPICS, capsys.readouterr().out, re.MULTILINE)
+    assert line is not None
+    assert [int(n) for n in line.groups()] == [
+        status[key]
+        for key in (
+            "topics",
+            "partitions",
+            "replicas",
+            "internal_topics",
+            "internal_partitions",
+            "internal_replicas",
+        )
+    ]
+
+
 def _committed(cli, capsys, group: str) -> dict[str, int]:
     capsys.readouterr()
     assert cli("groups", "describe", group, "--output", "json") == 0
@@ -484,6 +527,9 @@ def test_the_demo_runs_end_to_end_showing_only_its_own_lines() -> None:
     assert "every acknowledged order consumed:  yes" in result.stdout
     assert "orders of each customer in order:  yes" in result.stdout
     assert "failover: leader" in result.stdout
+    rebalanced = result.stdout.split("the group rebalanced:\n")[1].splitlines()[:2]
+    held = sorted(line.split(": ")[1] for line in rebalanced)
+    assert held == ["orders-0", "orders-1"], rebalanced  # shown once the group settled
     assert "revenue per category" in result.stdout
     assert "Spark on Ray" in result.stdout
     foreign = [line for line in result.stdout.splitlines() if not DEMO_LINE.fullmatch(line)]

@@ -12,6 +12,7 @@ from raystream.controller.metadata import (
     TopicState,
     check_not_internal,
     is_internal,
+    topic_counts,
     validate_count,
     validate_topic_name,
 )
@@ -231,3 +232,43 @@ def test_placement_over_a_nodes_limit_is_refused_naming_count_and_limit() -> Non
     assert "5 replicas on node a, over its limit of 4" in message
     assert "room for 6 more replicas" in message
     assert not refused.value.retriable
+
+
+def _sized_topic(
+    name: str, partitions: int, replicas: int, creating_from: int | None = None
+) -> TopicState:
+    return TopicState(
+        name=name,
+        topic_id=f"id-{name}",
+        partitions=[
+            PartitionState(p, list(range(replicas)), dict.fromkeys(range(replicas), "n"), 0)
+            for p in range(partitions)
+        ],
+        creating_from=creating_from,
+    )
+
+
+def test_topic_counts_count_the_same_topics_in_every_figure_internal_ones_apart() -> None:
+    """A 3-partition topic and the offsets topic: 1 topic of 3 partitions and 3 replicas,
+    not 4 and 4 (the offsets topic was once counted in two figures and not the third)."""
+    topics = [_sized_topic("orders", 3, 1), _sized_topic("__consumer_offsets", 1, 1)]
+    assert topic_counts(topics) == {
+        "topics": 1,
+        "partitions": 3,
+        "replicas": 3,
+        "internal_topics": 1,
+        "internal_partitions": 1,
+        "internal_replicas": 1,
+    }
+
+
+def test_topic_counts_leave_out_what_clients_do_not_see_yet() -> None:
+    """A topic being created is not counted; of one being grown from 2 to 4 partitions,
+    the 2 clients see are, with their replicas."""
+    topics = [
+        _sized_topic("new", 5, 3, creating_from=0),
+        _sized_topic("growing", 4, 3, creating_from=2),
+    ]
+    counts = topic_counts(topics)
+    assert (counts["topics"], counts["partitions"], counts["replicas"]) == (1, 2, 6)
+    assert counts["internal_topics"] == counts["internal_partitions"] == 0

@@ -1334,7 +1334,7 @@ def _kcat(*args: str, stdin: str = "") -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian package kcat)")
+@pytest.mark.skipif(KCAT is None, reason="kcat is not installed: `apt-get install kcat`")
 def test_kcat_produces_and_consumes_from_a_shell(bootstrap: str, topics: Topics) -> None:
     """``kcat -P`` with keys and headers, lz4-compressed, read by every Kafka client;
     then confluent-kafka adds a record with a header, one with a null value and one
