@@ -47,30 +47,6 @@ BYTES_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
 _HOSTNAME_CHECK = "ssl.endpoint.identification.algorithm"
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """A Java properties file's ``key = value`` lines (``:`` also separates; ``#`` and
-    ``!`` start comments; a trailing backslash continues a line).
-
-    Raises:
-        InvalidConfigError: a line that is neither blank, a comment nor a setting.
-    """
-    props: dict[str, str] = {}
-    pending = ""
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if cut < 0:
-            raise InvalidConfigError(f"line {number} {raw.strip()!r} is not of the form key=value")
-        props[line[:cut].strip()] = line[cut + 1 :].strip()
-    return props
-
-
 @dataclass(frozen=True)
 class ClusterSpec:
     """Where a cluster is and how to reach it.
@@ -280,7 +256,8 @@ def settings_from_keys(lookup: Mapping[str, str]) -> dict[str, Any]:
 
 
 def flows_from_properties(props: Mapping[str, str]) -> list[FlowSettings]:
-    """The enabled flows of a MirrorMaker 2 properties file (:func:`parse_properties`).
+    """The enabled flows of a MirrorMaker 2 properties file's settings (as
+    :func:`raystream.properties.read_properties` gives them).
 
     Raises:
         InvalidConfigError: no ``clusters``, a flow naming an unknown alias, a cluster

@@ -463,6 +463,10 @@ def test_up_refuses_bad_input_before_starting_anything(local_ray, tmp_path, caps
     assert "InvalidConfigError: unknown BrokerConfig key 'retention.mss'" in (
         capsys.readouterr().err
     )
+    server = tmp_path / "server.properties"  # Kafka's habit: the broker's settings in a file
+    server.write_text("# broker settings\nlisteners = PLAINTEXT://127.0.0.1:0\nlog.dirs /var/x\n")
+    assert main(["--namespace", namespace, "up", "--config-file", str(server)]) == 1
+    assert "InvalidConfigError: unknown BrokerConfig key 'log.dirs'" in capsys.readouterr().err
     held = tmp_path / "held"
     lock = lock_directory(str(held), 0)
     try:
