@@ -173,12 +173,14 @@ class BrokerConfig(KafkaConfig):
             ACL matches (Kafka's default and this one: false, refuse it).
         listener_security_protocol_map: ``NAME:PROTOCOL,...`` for listeners named
             otherwise than their security protocol (Kafka's).
-        ssl_keystore_location, ssl_key_location, ssl_key_password,
-            ssl_truststore_location, ssl_client_auth: the TLS of ``SSL`` and
-            ``SASL_SSL`` listeners and of the direct path, as PEM files (see
-            :mod:`raystream.security.tls`); reloaded when the files change. The
-            truststore also holds the CAs raystream trusts as a client of the direct
-            path.
+        ssl_keystore_location, ssl_keystore_type, ssl_keystore_password,
+            ssl_key_location, ssl_key_password, ssl_truststore_location,
+            ssl_truststore_type, ssl_truststore_password, ssl_client_auth: the TLS of
+            ``SSL`` and ``SASL_SSL`` listeners and of the direct path (see
+            :mod:`raystream.security.tls`); reloaded when the files change. Store types:
+            ``PEM`` (the default) or ``PKCS12``; JKS is refused with the ``keytool``
+            command that converts it. The truststore also holds the CAs raystream
+            trusts as a client of the direct path.
         ssl_principal_mapping_rules: Kafka's rules mapping a client certificate's
             subject to a principal (``DEFAULT``: ``User:<the whole DN>``).
         ssl_endpoint_identification_algorithm: ``https`` (Kafka's default since 2.0):
@@ -238,9 +240,13 @@ class BrokerConfig(KafkaConfig):
     allow_everyone_if_no_acl_found: bool = False
     listener_security_protocol_map: str = ""
     ssl_keystore_location: str = ""
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_password: str = dataclasses.field(default="", repr=False)
     ssl_key_location: str = ""
     ssl_key_password: str = dataclasses.field(default="", repr=False)
     ssl_truststore_location: str = ""
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_password: str = dataclasses.field(default="", repr=False)
     ssl_client_auth: str = "none"
     ssl_principal_mapping_rules: str = "DEFAULT"
     ssl_endpoint_identification_algorithm: str = "https"
@@ -304,6 +310,10 @@ class BrokerConfig(KafkaConfig):
             get("ssl.key.password"),
             get("ssl.truststore.location"),
             get("ssl.client.auth"),
+            get("ssl.keystore.type"),
+            get("ssl.keystore.password"),
+            get("ssl.truststore.type"),
+            get("ssl.truststore.password"),
         )
 
     def direct_listener(self) -> DirectListener:
@@ -325,6 +335,8 @@ class BrokerConfig(KafkaConfig):
         client = ClientTlsSettings(
             self.listener_option(DIRECT_LISTENER, "ssl.truststore.location"),
             self.listener_option(DIRECT_LISTENER, "ssl.endpoint.identification.algorithm"),
+            self.listener_option(DIRECT_LISTENER, "ssl.truststore.type"),
+            self.listener_option(DIRECT_LISTENER, "ssl.truststore.password"),
         )
         return DirectListener(self.listener_host, server, client)
 
@@ -383,9 +395,15 @@ class BrokerConfig(KafkaConfig):
         message names the key) rather than when a listener first starts."""
         from raystream.security.principal import parse_mapping_rules
         from raystream.security.sasl import OAUTHBEARER, parse_mechanisms
-        from raystream.security.tls import CLIENT_AUTH, ENDPOINT_IDENTIFICATION
+        from raystream.security.tls import CLIENT_AUTH, ENDPOINT_IDENTIFICATION, store_type
 
         parse_mapping_rules(self.ssl_principal_mapping_rules)
+        for store in ("keystore", "truststore"):  # JKS refused now, with how to convert
+            type_, location = (getattr(self, f"ssl_{store}_{o}") for o in ("type", "location"))
+            try:
+                store_type(f"ssl.{store}.type", type_, location)
+            except InvalidConfigError as error:
+                raise InvalidConfigError(f"broker config {error}") from None
         require(
             self.ssl_endpoint_identification_algorithm in ENDPOINT_IDENTIFICATION,
             "broker config",
