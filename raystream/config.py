@@ -209,9 +209,14 @@ class BrokerConfig(KafkaConfig):
         sasl_enabled_mechanisms: what SASL listeners offer, among PLAIN,
             SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER. PLAIN is checked against the
             user's stored SCRAM credential.
-        sasl_oauthbearer_jwks_endpoint_url: the JWKS file (path or ``file:`` URL)
-            OAUTHBEARER tokens are checked against; ``..._expected_audience``,
-            ``..._expected_issuer`` and ``..._sub_claim_name`` as Kafka's.
+        sasl_oauthbearer_jwks_endpoint_url: the JWKS OAUTHBEARER tokens are
+            checked against: the identity provider's ``https://`` endpoint, or a file
+            (path or ``file:`` URL); ``..._expected_audience``, ``..._expected_issuer``
+            and ``..._sub_claim_name`` as Kafka's.
+        sasl_oauthbearer_jwks_endpoint_refresh_ms: how long a JWKS fetched from an
+            ``https://`` endpoint is used before it is fetched again (Kafka's default,
+            an hour; a token naming a key the JWKS lacks fetches it at once). See
+            :mod:`raystream.security.oauth`.
         sasl_oauthbearer_validator_class: ``module:Class`` of another token validator
             (see :mod:`raystream.security.oauth`). Empty: the JWKS validator.
         connections_max_reauth_ms: a SASL session's lifetime (KIP-368); a client that
@@ -252,6 +257,7 @@ class BrokerConfig(KafkaConfig):
     ssl_endpoint_identification_algorithm: str = "https"
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
     sasl_oauthbearer_jwks_endpoint_url: str = ""
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = 3_600_000
     sasl_oauthbearer_expected_audience: str = ""
     sasl_oauthbearer_expected_issuer: str = ""
     sasl_oauthbearer_sub_claim_name: str = "sub"
@@ -425,6 +431,13 @@ class BrokerConfig(KafkaConfig):
             self.connections_max_reauth_ms,
             "must be >= 0 (0: no limit)",
         )
+        require(
+            self.sasl_oauthbearer_jwks_endpoint_refresh_ms > 0,
+            "broker config",
+            "sasl_oauthbearer_jwks_endpoint_refresh_ms",
+            self.sasl_oauthbearer_jwks_endpoint_refresh_ms,
+            "must be > 0",
+        )
         mechanisms = parse_mechanisms(self.sasl_enabled_mechanisms)
         if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
             require(
@@ -443,7 +456,14 @@ class BrokerConfig(KafkaConfig):
                     "broker config",
                     "sasl_oauthbearer_jwks_endpoint_url",
                     self.sasl_oauthbearer_jwks_endpoint_url,
-                    "OAUTHBEARER needs a JWKS file (or sasl.oauthbearer.validator.class)",
+                    "OAUTHBEARER needs a JWKS URL or file (or sasl.oauthbearer.validator.class)",
+                )
+                require(
+                    not self.sasl_oauthbearer_jwks_endpoint_url.startswith("http://"),
+                    "broker config",
+                    "sasl_oauthbearer_jwks_endpoint_url",
+                    self.sasl_oauthbearer_jwks_endpoint_url,
+                    "use https (keys fetched in clear could be replaced on the way)",
                 )
 
     def _check_listener_tls(self, specs: list[ListenerSpec]) -> None:
