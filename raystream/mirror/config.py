@@ -14,7 +14,8 @@ A MirrorMaker 2 file names clusters by alias and enables flows between them::
 A setting is looked up as ``<src>-><dst>.<key>``, then ``<key>``, then MM2's default.
 A cluster's client settings are its ``<alias>.``-prefixed keys: Kafka client properties
 (librdkafka's names: ``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``,
-``sasl.mechanism``, ...) for any Kafka-protocol cluster, or ``raystream.namespace``
+``sasl.mechanism``, ...; the Java client's ``ssl.truststore.*`` and ``ssl.keystore.*``
+too, PEM or PKCS12) for any Kafka-protocol cluster, or ``raystream.namespace``
 (and optionally ``raystream.address``, the Ray address) for a raystream cluster.
 Hostname verification stays on for TLS: turning it off is refused.
 
@@ -41,6 +42,7 @@ from raystream.mirror.policy import (
     policy_from_config,
     split_list,
 )
+from raystream.security.tls import store_type
 
 RAYSTREAM_PREFIX = "raystream."
 BYTES_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
@@ -70,6 +72,15 @@ class ClusterSpec:
                 f"cluster {self.alias!r} needs {self.alias}.bootstrap.servers (a Kafka-protocol "
                 f"cluster) or {self.alias}.raystream.namespace (a raystream cluster)"
             )
+        for store in ("keystore", "truststore"):  # JKS refused now, with how to convert
+            declared = self.kafka.get(f"ssl.{store}.type")
+            if declared is not None:
+                try:
+                    store_type(
+                        f"ssl.{store}.type", declared, self.kafka.get(f"ssl.{store}.location", "")
+                    )
+                except InvalidConfigError as error:
+                    raise InvalidConfigError(f"cluster {self.alias!r}: {error}") from None
         check = self.kafka.get(_HOSTNAME_CHECK, "https").strip().lower()
         if check != "https":
             raise InvalidConfigError(

@@ -44,7 +44,7 @@ import secrets
 import ssl
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -353,6 +353,59 @@ def _load_key_and_chain(context: ssl.SSLContext, key: Any, chain: Sequence[Any])
             raise InvalidConfigError(
                 f"ssl.keystore.location (PKCS12): its key and certificate do not load: {error}"
             ) from None
+
+
+def librdkafka_tls(properties: Mapping[str, str]) -> dict[str, str]:
+    """Kafka client ``properties`` with the Java client's TLS stores given as librdkafka
+    (confluent-kafka) takes them, so a Kafka client file works as it is:
+
+    - ``ssl.truststore.location`` (``ssl.truststore.type``, ``ssl.truststore.password``)
+      becomes ``ssl.ca.location`` for a PEM file, ``ssl.ca.pem`` (its certificates)
+      for a PKCS12 one;
+    - ``ssl.keystore.location`` stays librdkafka's PKCS12 keystore (with
+      ``ssl.keystore.password``) unless it is a PEM file, which becomes
+      ``ssl.certificate.location`` and ``ssl.key.location`` (``ssl.key.password``
+      opens an encrypted key, both clients' name);
+    - without a ``.type``, a store is PEM when its file starts as PEM does, else
+      PKCS12; a JKS store is refused with the ``keytool`` command that converts it.
+
+    Properties without these keys are returned as they are (librdkafka's own
+    ``ssl.ca.location``, ``ssl.certificate.location``, ... included). Reads the store
+    files, so it runs where the client does.
+
+    Raises:
+        InvalidConfigError: a JKS store, a store type or password that does not open
+            its file, or both ``ssl.truststore.location`` and ``ssl.ca.location``.
+    """
+    out = {k: v for k, v in properties.items() if k != "ssl.keystore.type"}
+    truststore = out.pop("ssl.truststore.location", "")
+    truststore_type = out.pop("ssl.truststore.type", "")
+    truststore_password = out.pop("ssl.truststore.password", "")
+    if truststore:
+        if "ssl.ca.location" in out:
+            raise InvalidConfigError(
+                "ssl.truststore.location and ssl.ca.location both name the trusted CAs: keep one"
+            )
+        if _kind("truststore", truststore, truststore_type) == "PEM":
+            out["ssl.ca.location"] = truststore
+        else:
+            certificates = _pkcs12_certificates(truststore, truststore_password)
+            out["ssl.ca.pem"] = "".join(map(_pem, certificates))
+    keystore = out.get("ssl.keystore.location", "")
+    if keystore and _kind("keystore", keystore, properties.get("ssl.keystore.type", "")) == "PEM":
+        del out["ssl.keystore.location"]
+        out.pop("ssl.keystore.password", None)
+        out["ssl.certificate.location"] = keystore
+        out.setdefault("ssl.key.location", keystore)
+    return out
+
+
+def _kind(store: str, location: str, declared: str) -> str:
+    """PEM or PKCS12: the declared ``ssl.<store>.type``, else what the file holds (a
+    JKS file is refused either way)."""
+    kind = store_type(f"ssl.{store}.type", declared, location) if declared else ""
+    data = _read_store(store, location)
+    return kind or ("PEM" if data.lstrip()[:10] == b"-----BEGIN" else "PKCS12")
 
 
 _client_contexts: dict[ClientTlsSettings, tuple[tuple[int, ...], ssl.SSLContext]] = {}

@@ -19,17 +19,20 @@ import ssl
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raystream.config import BrokerConfig
 from raystream.errors import InvalidConfigError
+from raystream.mirror.config import ClusterSpec
 from raystream.security.tls import (
     ClientTlsSettings,
     TlsSettings,
     build_client_context,
     build_context,
+    librdkafka_tls,
 )
 from tests.security.conftest import make_pki
 
@@ -193,6 +196,52 @@ def test_a_pkcs12_file_that_java_wrote_is_a_truststore(pki, tmp_path) -> None:
     assert asyncio.run(_serve_once(build_context(TlsSettings(cert, key)), client)) == "java-trusted"
 
 
+def test_a_java_clients_stores_are_given_to_librdkafka_as_it_takes_them(pki, tmp_path) -> None:
+    cert, key = pki.issue("librdkafka", "librdkafka")
+    combined = tmp_path / "client.pem"  # a PEM keystore: chain and key in one file
+    combined.write_bytes(Path(cert).read_bytes() + Path(key).read_bytes())
+    keystore = write_pkcs12(str(tmp_path / "client.p12"), "ks-secret", key, cert)
+    truststore = write_pkcs12(str(tmp_path / "trust.p12"), "ts-secret", cas=(pki.ca_path,))
+    base = {"bootstrap.servers": "k:9093", "security.protocol": "SSL"}
+    assert librdkafka_tls(base) == base  # nothing of the Java client's: as given
+    pem = librdkafka_tls(
+        {**base, "ssl.truststore.location": pki.ca_path, "ssl.keystore.location": str(combined)}
+    )
+    assert pem == {
+        **base,
+        "ssl.ca.location": pki.ca_path,
+        "ssl.certificate.location": str(combined),
+        "ssl.key.location": str(combined),
+    }
+    p12 = librdkafka_tls(
+        {
+            **base,
+            "ssl.truststore.location": truststore,
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.password": "ts-secret",
+            "ssl.keystore.location": keystore,
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": "ks-secret",
+        }
+    )
+    assert p12 == {
+        **base,
+        "ssl.ca.pem": Path(pki.ca_path).read_text(),
+        "ssl.keystore.location": keystore,
+        "ssl.keystore.password": "ks-secret",
+    }
+    undeclared = {
+        **base,
+        "ssl.truststore.location": truststore,
+        "ssl.truststore.password": "ts-secret",
+    }
+    assert "ssl.ca.pem" in librdkafka_tls(undeclared)  # told from its content
+    with pytest.raises(InvalidConfigError, match=r"keep one"):
+        librdkafka_tls({**base, "ssl.truststore.location": pki.ca_path, "ssl.ca.location": "x"})
+    with pytest.raises(InvalidConfigError, match=r"cluster 'primary': ssl.truststore.type=JKS"):
+        ClusterSpec("primary", kafka={**base, "ssl.truststore.type": "JKS"})
+
+
 # ------------------------------------------------------------------ the Kafka listener
 
 
@@ -230,6 +279,7 @@ def stores_cluster(module_cluster, pki, tmp_path_factory) -> dict[str, Any]:
         "pem": cluster.bootstrap_servers("PEMSSL"),
         "p12": cluster.bootstrap_servers("PKCSSSL"),
         "ca": pki.ca_path,
+        "truststore": truststore,
         "client_keystore": client_keystore,
     }
 
@@ -315,3 +365,24 @@ def test_a_listener_with_a_jks_keystore_is_refused_before_it_starts(pki) -> None
                 "listener.name.external.ssl.keystore.type": "jks",
             }
         )
+
+
+def test_mirrormaker_reaches_a_tls_cluster_with_a_java_clients_settings(stores_cluster) -> None:
+    """An MM2 file's cluster settings as a Java Kafka client writes them (PKCS12
+    truststore and keystore, client certificate required) reach the listener."""
+    from raystream.mirror.kafka_cluster import KafkaCluster
+
+    spec = ClusterSpec(
+        "secured",
+        kafka={
+            "bootstrap.servers": stores_cluster["p12"],
+            "security.protocol": "SSL",
+            "ssl.truststore.location": stores_cluster["truststore"],
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.password": "trust-secret",
+            "ssl.keystore.location": stores_cluster["client_keystore"],
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": "client-secret",
+        },
+    )
+    assert "stores" in KafkaCluster(spec).list_topics()
