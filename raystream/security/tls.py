@@ -26,6 +26,9 @@ Store types (:data:`STORE_TYPES`, any case):
   refused with the ``keytool`` command that converts it to PKCS12 once
   (:func:`jks_hint`), also when a JKS file is given under another type.
 
+librdkafka clients (MirrorMaker's Kafka-protocol clusters) read their own stores:
+:func:`librdkafka_tls` gives them a Java client's store settings in librdkafka's terms.
+
 Reload without a restart (KIP-226's dynamic keystore): every TLS handshake checks the
 files' modification times (a few ``stat`` calls) in the context's SNI callback, which
 OpenSSL runs for every ClientHello, and when one changed builds a new context and

@@ -34,41 +34,9 @@ from raystream.security.tls import (
     build_context,
     librdkafka_tls,
 )
-from tests.security.conftest import make_pki
+from tests.security.conftest import make_pki, write_pkcs12
 
 P12_PASSWORD = "p12-store-secret"
-
-
-def write_pkcs12(
-    path: str, password: str, key_pem: str = "", cert_pem: str = "", cas: tuple[str, ...] = ()
-) -> str:
-    """Write a PKCS12 file: a private key with its certificate (a keystore) and/or CA
-    certificates (a truststore), read from PEM files; returns ``path``."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives.serialization import (
-        BestAvailableEncryption,
-        load_pem_private_key,
-        pkcs12,
-    )
-
-    def cert(pem_path: str) -> Any:
-        with open(pem_path, "rb") as f:
-            return x509.load_pem_x509_certificate(f.read())
-
-    key = None
-    if key_pem:
-        with open(key_pem, "rb") as f:
-            key = load_pem_private_key(f.read(), None)
-    data = pkcs12.serialize_key_and_certificates(
-        b"server" if key is not None else None,
-        key,
-        cert(cert_pem) if cert_pem else None,
-        [cert(c) for c in cas] or None,
-        BestAvailableEncryption(password.encode()),
-    )
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
 
 
 def keytool(*args: str) -> subprocess.CompletedProcess:
