@@ -173,12 +173,14 @@ class BrokerConfig(KafkaConfig):
             ACL matches (Kafka's default and this one: false, refuse it).
         listener_security_protocol_map: ``NAME:PROTOCOL,...`` for listeners named
             otherwise than their security protocol (Kafka's).
-        ssl_keystore_location, ssl_key_location, ssl_key_password,
-            ssl_truststore_location, ssl_client_auth: the TLS of ``SSL`` and
-            ``SASL_SSL`` listeners and of the direct path, as PEM files (see
-            :mod:`raystream.security.tls`); reloaded when the files change. The
-            truststore also holds the CAs raystream trusts as a client of the direct
-            path.
+        ssl_keystore_location, ssl_keystore_type, ssl_keystore_password,
+            ssl_key_location, ssl_key_password, ssl_truststore_location,
+            ssl_truststore_type, ssl_truststore_password, ssl_client_auth: the TLS of
+            ``SSL`` and ``SASL_SSL`` listeners and of the direct path (see
+            :mod:`raystream.security.tls`); reloaded when the files change. Store types:
+            ``PEM`` (the default) or ``PKCS12``; JKS is refused with the ``keytool``
+            command that converts it. The truststore also holds the CAs raystream
+            trusts as a client of the direct path.
         ssl_principal_mapping_rules: Kafka's rules mapping a client certificate's
             subject to a principal (``DEFAULT``: ``User:<the whole DN>``).
         ssl_endpoint_identification_algorithm: ``https`` (Kafka's default since 2.0):
@@ -207,9 +209,14 @@ class BrokerConfig(KafkaConfig):
         sasl_enabled_mechanisms: what SASL listeners offer, among PLAIN,
             SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER. PLAIN is checked against the
             user's stored SCRAM credential.
-        sasl_oauthbearer_jwks_endpoint_url: the JWKS file (path or ``file:`` URL)
-            OAUTHBEARER tokens are checked against; ``..._expected_audience``,
-            ``..._expected_issuer`` and ``..._sub_claim_name`` as Kafka's.
+        sasl_oauthbearer_jwks_endpoint_url: the JWKS OAUTHBEARER tokens are
+            checked against: the identity provider's ``https://`` endpoint, or a file
+            (path or ``file:`` URL); ``..._expected_audience``, ``..._expected_issuer``
+            and ``..._sub_claim_name`` as Kafka's.
+        sasl_oauthbearer_jwks_endpoint_refresh_ms: how long a JWKS fetched from an
+            ``https://`` endpoint is used before it is fetched again (Kafka's default,
+            an hour; a token naming a key the JWKS lacks fetches it at once). See
+            :mod:`raystream.security.oauth`.
         sasl_oauthbearer_validator_class: ``module:Class`` of another token validator
             (see :mod:`raystream.security.oauth`). Empty: the JWKS validator.
         connections_max_reauth_ms: a SASL session's lifetime (KIP-368); a client that
@@ -238,14 +245,19 @@ class BrokerConfig(KafkaConfig):
     allow_everyone_if_no_acl_found: bool = False
     listener_security_protocol_map: str = ""
     ssl_keystore_location: str = ""
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_password: str = dataclasses.field(default="", repr=False)
     ssl_key_location: str = ""
     ssl_key_password: str = dataclasses.field(default="", repr=False)
     ssl_truststore_location: str = ""
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_password: str = dataclasses.field(default="", repr=False)
     ssl_client_auth: str = "none"
     ssl_principal_mapping_rules: str = "DEFAULT"
     ssl_endpoint_identification_algorithm: str = "https"
     sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
     sasl_oauthbearer_jwks_endpoint_url: str = ""
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int = 3_600_000
     sasl_oauthbearer_expected_audience: str = ""
     sasl_oauthbearer_expected_issuer: str = ""
     sasl_oauthbearer_sub_claim_name: str = "sub"
@@ -304,6 +316,10 @@ class BrokerConfig(KafkaConfig):
             get("ssl.key.password"),
             get("ssl.truststore.location"),
             get("ssl.client.auth"),
+            get("ssl.keystore.type"),
+            get("ssl.keystore.password"),
+            get("ssl.truststore.type"),
+            get("ssl.truststore.password"),
         )
 
     def direct_listener(self) -> DirectListener:
@@ -325,6 +341,8 @@ class BrokerConfig(KafkaConfig):
         client = ClientTlsSettings(
             self.listener_option(DIRECT_LISTENER, "ssl.truststore.location"),
             self.listener_option(DIRECT_LISTENER, "ssl.endpoint.identification.algorithm"),
+            self.listener_option(DIRECT_LISTENER, "ssl.truststore.type"),
+            self.listener_option(DIRECT_LISTENER, "ssl.truststore.password"),
         )
         return DirectListener(self.listener_host, server, client)
 
@@ -383,9 +401,15 @@ class BrokerConfig(KafkaConfig):
         message names the key) rather than when a listener first starts."""
         from raystream.security.principal import parse_mapping_rules
         from raystream.security.sasl import OAUTHBEARER, parse_mechanisms
-        from raystream.security.tls import CLIENT_AUTH, ENDPOINT_IDENTIFICATION
+        from raystream.security.tls import CLIENT_AUTH, ENDPOINT_IDENTIFICATION, store_type
 
         parse_mapping_rules(self.ssl_principal_mapping_rules)
+        for store in ("keystore", "truststore"):  # JKS refused now, with how to convert
+            type_, location = (getattr(self, f"ssl_{store}_{o}") for o in ("type", "location"))
+            try:
+                store_type(f"ssl.{store}.type", type_, location)
+            except InvalidConfigError as error:
+                raise InvalidConfigError(f"broker config {error}") from None
         require(
             self.ssl_endpoint_identification_algorithm in ENDPOINT_IDENTIFICATION,
             "broker config",
@@ -407,6 +431,13 @@ class BrokerConfig(KafkaConfig):
             self.connections_max_reauth_ms,
             "must be >= 0 (0: no limit)",
         )
+        require(
+            self.sasl_oauthbearer_jwks_endpoint_refresh_ms > 0,
+            "broker config",
+            "sasl_oauthbearer_jwks_endpoint_refresh_ms",
+            self.sasl_oauthbearer_jwks_endpoint_refresh_ms,
+            "must be > 0",
+        )
         mechanisms = parse_mechanisms(self.sasl_enabled_mechanisms)
         if protocols & {"SASL_PLAINTEXT", "SASL_SSL"}:
             require(
@@ -425,7 +456,14 @@ class BrokerConfig(KafkaConfig):
                     "broker config",
                     "sasl_oauthbearer_jwks_endpoint_url",
                     self.sasl_oauthbearer_jwks_endpoint_url,
-                    "OAUTHBEARER needs a JWKS file (or sasl.oauthbearer.validator.class)",
+                    "OAUTHBEARER needs a JWKS URL or file (or sasl.oauthbearer.validator.class)",
+                )
+                require(
+                    not self.sasl_oauthbearer_jwks_endpoint_url.startswith("http://"),
+                    "broker config",
+                    "sasl_oauthbearer_jwks_endpoint_url",
+                    self.sasl_oauthbearer_jwks_endpoint_url,
+                    "use https (keys fetched in clear could be replaced on the way)",
                 )
 
     def _check_listener_tls(self, specs: list[ListenerSpec]) -> None:

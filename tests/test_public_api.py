@@ -104,6 +104,10 @@ def test_the_storage_engine_and_pure_logic_import_without_ray() -> None:
         "raystream.connectors.worker",
         "raystream.connectors.storage",
         "raystream.connectors.plugins",
+        "raystream.connectors.connector_config",
+        "raystream.properties",
+        "raystream.security.tls",
+        "raystream.security.oauth",
     ]
     code = f"import sys, {', '.join(pure)}; assert 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -178,6 +178,7 @@ class KafkaListener:
             if OAUTHBEARER in mechanisms:
                 validator = load_validator(
                     config.sasl_oauthbearer_validator_class,
+                    config.sasl_oauthbearer_jwks_endpoint_refresh_ms,
                     jwks=config.sasl_oauthbearer_jwks_endpoint_url,
                     audience=config.sasl_oauthbearer_expected_audience,
                     issuer=config.sasl_oauthbearer_expected_issuer,

@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", default=None, help="data directory on each node (default: the last used)"
     )
     up.add_argument("--config", action="append", help="broker setting key=value (repeatable)")
+    up.add_argument(
+        "--config-file",
+        default=None,
+        help="broker settings from a Java properties file (Kafka's server.properties); "
+        "--config items override it",
+    )
     up.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray started here")
     down = commands.add_parser("down", help="stop raystream's actors; data stays on disk")
     down.add_argument("--stop-ray", action="store_true", help="also stop the local Ray (ray stop)")
@@ -304,17 +310,21 @@ def _check_reachable(address: str | None, timeout_s: float) -> str:
 def _up(args: argparse.Namespace) -> int:
     """Start the cluster, and a local Ray head first if none runs.
 
-    Everything that can be checked without Ray (the ``--config`` items, the data dir
-    not held by another cluster) is checked before the head is started, so a mistyped
-    command leaves nothing running behind it.
+    Everything that can be checked without Ray (the ``--config-file`` and ``--config``
+    settings, the data dir not held by another cluster) is checked before the head is
+    started, so a mistyped command leaves nothing running behind it.
     """
     import ray
 
     from raystream.client.cluster import check_data_dir_free, connect, resolve_data_dir
     from raystream.config import BrokerConfig
     from raystream.java import provide_java
+    from raystream.properties import read_properties
 
-    broker_config = parse_config(args.config)
+    broker_config: dict[str, str] = {}
+    if args.config_file is not None:
+        broker_config = read_properties(args.config_file, "--config-file")
+    broker_config.update(parse_config(args.config))
     data_dir = args.data_dir or _remembered_data_dir(args.namespace)
     BrokerConfig.from_kafka(broker_config)  # raises InvalidConfigError naming the item
     address = args.address

@@ -12,8 +12,8 @@
 loopback until interrupted; the other actions talk to the group through its internal
 topics (``Workers.attach``), so they work whether or not a REST port is open. A
 ``--config`` file is either Kafka Connect's REST body (``{"name": ..., "config":
-{...}}``), a plain JSON object of config keys, or a ``.properties`` file (``key=value``
-lines, ``#`` comments) as ``connect-standalone`` takes.
+{...}}``), a plain JSON object of config keys, or a Java ``.properties`` file as
+``connect-standalone`` takes (read by :mod:`raystream.properties`).
 """
 
 from __future__ import annotations
@@ -53,27 +53,27 @@ def add_parser(commands: Any, output_option: Any) -> None:
     restart.add_argument("--only-failed", action="store_true")
 
 
-def read_config_file(path: str) -> tuple[str | None, dict[str, str]]:
-    """``(name or None, config)`` from a ``.json`` or ``.properties`` file.
+def read_config_file(path: str) -> tuple[str | None, dict[str, Any]]:
+    """``(name or None, config)`` from a ``.json`` or ``.properties`` file (a file that
+    does not start with ``{`` is read as Java properties, as ``connect-standalone``
+    reads its connector files: see :mod:`raystream.properties`).
 
     Raises:
         InvalidConfigError: the file cannot be read or parsed (naming it).
     """
+    from raystream.properties import parse_properties, read_properties
+
+    what = "connector config file"
+    if path.endswith(".properties"):
+        config = read_properties(path, what)
+        return config.get("name"), config
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-    except OSError as error:
-        raise InvalidConfigError(f"connector config file {path!r}: {error}") from None
-    if path.endswith(".properties") or not text.lstrip().startswith("{"):
-        config: dict[str, Any] = {}
-        for number, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-            if sep < 0:
-                raise InvalidConfigError(f"{path}:{number}: expected key=value, got {line!r}")
-            config[line[:sep].strip()] = line[sep + 1 :].strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidConfigError(f"{what} {path!r}: {error}") from None
+    if not text.lstrip().startswith("{"):
+        config = parse_properties(text, f"{what} {path!r}")
         return config.get("name"), config
     try:
         document = json.loads(text)

@@ -121,16 +121,12 @@ def mirror(args: argparse.Namespace, cluster: Any) -> int:
 
 def _start(args: argparse.Namespace, cluster: Any) -> int:
     from raystream.mirror.clusters import RaystreamCluster
-    from raystream.mirror.config import flows_from_properties, parse_properties
+    from raystream.mirror.config import flows_from_properties
     from raystream.mirror.maker import MirrorMaker
+    from raystream.properties import read_properties
 
-    try:
-        with open(args.config, encoding="utf-8") as file:
-            text = file.read()
-    except OSError as error:
-        raise RaystreamError(f"--config {args.config}: {error.strerror}") from None
     makers = []
-    for flow in flows_from_properties(parse_properties(text)):
+    for flow in flows_from_properties(read_properties(args.config, "--config")):
         home = next((s for s in (flow.target, flow.source) if s.is_raystream), None)
         host = RaystreamCluster.attach(home).cluster if home is not None else cluster
         if host is None:

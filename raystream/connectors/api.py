@@ -320,6 +320,13 @@ class SourceConnector(Connector):
 class SinkConnector(Connector):
     """A connector whose tasks write topics into another system."""
 
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        """Whether its tasks write each record once whatever the crashes: they store
+        the offsets with the data (``pre_commit`` returns {} and ``open`` rewinds),
+        which is what ``exactly.once.support=required`` asks of a sink. The default
+        sink commits offsets after its writes: at least once."""
+        return False
+
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         """``max_tasks`` tasks with the connector's config: the group's assignment
         shares the topic partitions among them."""

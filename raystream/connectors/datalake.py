@@ -457,5 +457,8 @@ class DataLakeSinkConnector(SinkConnector):
         else:
             config_str(config, "iceberg.tables")
 
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        return True  # offsets beside the files, or in the Iceberg snapshot's properties
+
     def task_class(self) -> type[Task]:
         return DataLakeSinkTask

@@ -610,5 +610,8 @@ class DirectorySinkConnector(SinkConnector):
         config_format(config)
         Rotation.from_config(config)
 
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        return True  # offsets written beside the files (see the module doc)
+
     def task_class(self) -> type[Task]:
         return DirectorySinkTask

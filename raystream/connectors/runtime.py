@@ -57,6 +57,11 @@ from raystream.connectors.api import (
     Task,
     partition_runs,
 )
+from raystream.connectors.connector_config import (
+    TRANSACTION_BOUNDARIES,
+    exactly_once_required,
+    transaction_boundary,
+)
 from raystream.errors import (
     ConnectError,
     InvalidConfigError,
@@ -372,9 +377,9 @@ class SourceTaskRunner(TaskRunner):
     def setup(self, task: Task) -> None:
         env = self.env
         config = env.connector_config
-        self.exactly_once = config.get("exactly.once.support", "requested") == "required"
-        self.boundary = config.get("transaction.boundary", "poll")
-        if self.boundary not in ("poll", "interval", "connector"):
+        self.exactly_once = exactly_once_required(config)
+        self.boundary = transaction_boundary(config)
+        if self.boundary not in TRANSACTION_BOUNDARIES:
             raise InvalidConfigError(
                 f"transaction.boundary={self.boundary!r}: expected poll, interval or connector"
             )

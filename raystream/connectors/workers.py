@@ -28,7 +28,7 @@ from typing import Any
 
 from raystream.connectors import plugins as plugin_table
 from raystream.connectors import storage
-from raystream.connectors.api import SinkConnector, SourceConnector
+from raystream.connectors.connector_config import check_connector_config
 from raystream.connectors.worker import PAUSED, STARTED, ConfigState, connector_status
 from raystream.errors import ConnectError, InvalidConfigError
 
@@ -174,8 +174,9 @@ class Workers:
         return state
 
     def validate(self, name: str, config: Mapping[str, Any]) -> dict[str, str]:
-        """The config as strings, checked: a plugin, its own ``validate``, the keys the
-        runtime reads. Raises InvalidConfigError naming what is wrong."""
+        """The config as strings, checked: a plugin, the framework's keys as Kafka
+        Connect checks them (:mod:`~raystream.connectors.connector_config`), the
+        connector's own ``validate``. Raises InvalidConfigError naming what is wrong."""
         if not isinstance(name, str) or not name or "/" in name:
             raise InvalidConfigError(
                 f"connector name {name!r} must be a non-empty string without '/'"
@@ -183,29 +184,9 @@ class Workers:
         config = _stringify(config)
         config.pop("name", None)
         cls = plugin_table.resolve(config.get("connector.class", ""), self.extra_plugins)
-        tasks_max = config.setdefault("tasks.max", "1")
-        if not tasks_max.isdigit() or int(tasks_max) < 1:
-            raise InvalidConfigError(f"tasks.max={tasks_max!r}: expected an integer >= 1")
-        if issubclass(cls, SinkConnector):
-            has_topics = bool(config.get("topics", "").strip())
-            if has_topics == bool(config.get("topics.regex", "").strip()):
-                raise InvalidConfigError(
-                    f"connector {name!r}: a sink connector needs exactly one of topics and "
-                    "topics.regex"
-                )
-        eos = config.get("exactly.once.support", "requested")
-        if eos not in ("requested", "required"):
-            raise InvalidConfigError(
-                f"exactly.once.support={eos!r}: expected requested or required"
-            )
+        config.setdefault("tasks.max", "1")
         connector = cls()
-        if eos == "required" and not (
-            issubclass(cls, SourceConnector) and connector.exactly_once_support(config)
-        ):
-            raise InvalidConfigError(
-                f"connector {name!r}: exactly.once.support=required but {cls.__name__} cannot "
-                "give exactly-once delivery"
-            )
+        check_connector_config(name, connector, config)
         connector.validate(config)
         connector.validate_for_workers(config, self.cluster.namespace)
         return {**config, "name": name}

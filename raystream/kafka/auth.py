@@ -12,6 +12,7 @@ reaches the listener. Pure: no Ray here.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,10 +48,14 @@ async def sasl_handshake(call: Call, request: Any) -> Mapping[str, Any]:
 
 async def sasl_authenticate(call: Call, request: Any) -> Mapping[str, Any]:
     """One message of the exchange; a failure is answered with its code and message
-    (never the credentials) and the server then closes the connection."""
+    (never the credentials) and the server then closes the connection. The message is
+    checked on a thread: an OAUTHBEARER token may need its JWKS fetched from the
+    identity provider, which must not hold up the listener's other connections (the
+    connection itself sends nothing else meanwhile: SaslAuthenticate is answered
+    alone)."""
     session = _session(call)
     try:
-        answer, lifetime_ms = session.authenticate(request.auth_bytes)
+        answer, lifetime_ms = await asyncio.to_thread(session.authenticate, request.auth_bytes)
     except RaystreamError as error:
         return {"error_code": error.code, "error_message": str(error), "auth_bytes": b""}
     return {

@@ -44,9 +44,13 @@ DIRECT_PROTOCOLS = ("PLAINTEXT", "SSL")
 SASL)."""
 LISTENER_OPTIONS = (
     "ssl.keystore.location",
+    "ssl.keystore.type",
+    "ssl.keystore.password",
     "ssl.key.location",
     "ssl.key.password",
     "ssl.truststore.location",
+    "ssl.truststore.type",
+    "ssl.truststore.password",
     "ssl.client.auth",
     "ssl.principal.mapping.rules",
     "ssl.endpoint.identification.algorithm",

@@ -14,7 +14,8 @@ A MirrorMaker 2 file names clusters by alias and enables flows between them::
 A setting is looked up as ``<src>-><dst>.<key>``, then ``<key>``, then MM2's default.
 A cluster's client settings are its ``<alias>.``-prefixed keys: Kafka client properties
 (librdkafka's names: ``bootstrap.servers``, ``security.protocol``, ``ssl.ca.location``,
-``sasl.mechanism``, ...) for any Kafka-protocol cluster, or ``raystream.namespace``
+``sasl.mechanism``, ...; the Java client's ``ssl.truststore.*`` and ``ssl.keystore.*``
+too, PEM or PKCS12) for any Kafka-protocol cluster, or ``raystream.namespace``
 (and optionally ``raystream.address``, the Ray address) for a raystream cluster.
 Hostname verification stays on for TLS: turning it off is refused.
 
@@ -41,34 +42,11 @@ from raystream.mirror.policy import (
     policy_from_config,
     split_list,
 )
+from raystream.security.tls import store_type
 
 RAYSTREAM_PREFIX = "raystream."
 BYTES_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
 _HOSTNAME_CHECK = "ssl.endpoint.identification.algorithm"
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """A Java properties file's ``key = value`` lines (``:`` also separates; ``#`` and
-    ``!`` start comments; a trailing backslash continues a line).
-
-    Raises:
-        InvalidConfigError: a line that is neither blank, a comment nor a setting.
-    """
-    props: dict[str, str] = {}
-    pending = ""
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = pending + raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if cut < 0:
-            raise InvalidConfigError(f"line {number} {raw.strip()!r} is not of the form key=value")
-        props[line[:cut].strip()] = line[cut + 1 :].strip()
-    return props
 
 
 @dataclass(frozen=True)
@@ -94,6 +72,15 @@ class ClusterSpec:
                 f"cluster {self.alias!r} needs {self.alias}.bootstrap.servers (a Kafka-protocol "
                 f"cluster) or {self.alias}.raystream.namespace (a raystream cluster)"
             )
+        for store in ("keystore", "truststore"):  # JKS refused now, with how to convert
+            declared = self.kafka.get(f"ssl.{store}.type")
+            if declared is not None:
+                try:
+                    store_type(
+                        f"ssl.{store}.type", declared, self.kafka.get(f"ssl.{store}.location", "")
+                    )
+                except InvalidConfigError as error:
+                    raise InvalidConfigError(f"cluster {self.alias!r}: {error}") from None
         check = self.kafka.get(_HOSTNAME_CHECK, "https").strip().lower()
         if check != "https":
             raise InvalidConfigError(
@@ -280,7 +267,8 @@ def settings_from_keys(lookup: Mapping[str, str]) -> dict[str, Any]:
 
 
 def flows_from_properties(props: Mapping[str, str]) -> list[FlowSettings]:
-    """The enabled flows of a MirrorMaker 2 properties file (:func:`parse_properties`).
+    """The enabled flows of a MirrorMaker 2 properties file's settings (as
+    :func:`raystream.properties.read_properties` gives them).
 
     Raises:
         InvalidConfigError: no ``clusters``, a flow naming an unknown alias, a cluster

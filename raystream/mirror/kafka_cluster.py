@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from raystream.errors import (
     ConnectError,
+    InvalidConfigError,
     ProducerFencedError,
     RaystreamError,
     RetriableConnectError,
@@ -44,6 +45,7 @@ from raystream.mirror.clusters import (
     synced_configs,
 )
 from raystream.mirror.config import ClusterSpec
+from raystream.security.tls import librdkafka_tls
 from raystream.types import TopicPartition
 
 KAFKA_TIMEOUT_S = 15.0
@@ -93,14 +95,23 @@ class KafkaCluster(SourceCluster, TargetCluster):
     """Any Kafka-protocol cluster, through confluent-kafka (librdkafka).
 
     ``spec.kafka`` are librdkafka properties (``bootstrap.servers``, ``security.protocol``,
-    ``ssl.ca.location``, ``sasl.mechanism``, ``sasl.username``, ...), passed as given.
+    ``ssl.ca.location``, ``sasl.mechanism``, ``sasl.username``, ...), passed as given,
+    but for the Java client's TLS stores (``ssl.truststore.*``, ``ssl.keystore.type``),
+    given as librdkafka takes them (:func:`~raystream.security.tls.librdkafka_tls`).
+
+    Raises:
+        InvalidConfigError: a TLS store that cannot be used (a JKS one, a wrong
+            password), naming the cluster.
     """
 
     def __init__(self, spec: ClusterSpec) -> None:
         from confluent_kafka.admin import AdminClient
 
         self.alias = spec.alias
-        self.properties = dict(spec.kafka)
+        try:
+            self.properties = librdkafka_tls(spec.kafka)
+        except InvalidConfigError as error:
+            raise InvalidConfigError(f"cluster {spec.alias!r}: {error}") from None
         self.properties.setdefault("ssl.endpoint.identification.algorithm", "https")
         self.admin = AdminClient(self.properties)
         self._meta_consumer: Any = None

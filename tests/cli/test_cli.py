@@ -33,7 +33,7 @@ _names = itertools.count()
 
 def _runner(namespace: str, home: str) -> Any:
     """``run(*args, stdin="")``: ``raystream --address <session Ray> --namespace ...`` as
-    a real subprocess."""
+    a real subprocess (``python -m raystream``, the command as the README runs it)."""
     address = ray.get_runtime_context().gcs_address
     # ``up`` remembers data dirs under HOME: keep the user's file out of the tests, but
     # let Ray find its authentication token where it made it.
@@ -43,7 +43,7 @@ def _runner(namespace: str, home: str) -> Any:
         env.setdefault("RAY_AUTH_TOKEN_PATH", token)
 
     def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-        command = [sys.executable, "-m", "raystream.cli", "--address", address]
+        command = [sys.executable, "-m", "raystream", "--address", address]
         return subprocess.run(
             [*command, "--namespace", namespace, *args],
             input=stdin,
@@ -188,6 +188,24 @@ def test_consume_into_a_closed_pipe_ends_quietly(cli, monkeypatch) -> None:
         consumer.kill()
     assert consumer.returncode == 0, err.decode()
     assert err.decode() == ""
+
+
+def test_python_dash_m_raystream_is_the_raystream_command() -> None:
+    """``python -m raystream`` runs the command line as ``python -m raystream.cli`` does
+    (the fixtures' ``up`` and ``down`` subprocesses run through it too)."""
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        for module in ("raystream", "raystream.cli")
+    ]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout.startswith("usage: raystream ")
+    assert "{up,down,status,topics," in runs[0].stdout
+    assert runs[0].stdout == runs[1].stdout
 
 
 def test_a_command_against_an_address_where_nothing_listens_fails_within_the_timeout(
@@ -488,6 +506,10 @@ def test_up_refuses_bad_input_before_starting_anything(local_ray, tmp_path, caps
     assert "InvalidConfigError: unknown BrokerConfig key 'retention.mss'" in (
         capsys.readouterr().err
     )
+    server = tmp_path / "server.properties"  # Kafka's habit: the broker's settings in a file
+    server.write_text("# broker settings\nlisteners = PLAINTEXT://127.0.0.1:0\nlog.dirs /var/x\n")
+    assert main(["--namespace", namespace, "up", "--config-file", str(server)]) == 1
+    assert "InvalidConfigError: unknown BrokerConfig key 'log.dirs'" in capsys.readouterr().err
     held = tmp_path / "held"
     lock = lock_directory(str(held), 0)
     try:

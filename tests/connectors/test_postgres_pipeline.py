@@ -81,6 +81,7 @@ def test_a_table_reaches_another_table_once_each_across_a_killed_worker(
             "table.name.format": "orders_copy",
             "auto.create": "true",  # plain inserts, no key: a duplicate would show
             "consumer.override.isolation.level": "read_committed",
+            "exactly.once.support": "required",  # Kafka passes it through; this sink keeps it
             **json_records,
         },
     )

@@ -122,12 +122,21 @@ def test_config_files_are_json_rest_bodies_json_objects_or_properties(tmp_path) 
     plain.write_text(json.dumps({"connector.class": "X"}))
     assert read_config_file(str(plain)) == (None, {"connector.class": "X"})
     props = tmp_path / "c.properties"
-    props.write_text("# a comment\nname=c\nconnector.class = X\ntopics=a,b\nurl=http://h:1/x\n")
+    props.write_text(
+        "# a comment\nname=c\nconnector.class = X\ntopics=a,\\\n    b\nurl=http://h:1/x\n"
+        "csv.delimiter \\t\n"
+    )
     assert read_config_file(str(props)) == (
         "c",
-        {"name": "c", "connector.class": "X", "topics": "a,b", "url": "http://h:1/x"},
+        {
+            "name": "c",
+            "connector.class": "X",
+            "topics": "a,b",
+            "url": "http://h:1/x",
+            "csv.delimiter": "\t",
+        },
     )
     bad = tmp_path / "d.properties"
-    bad.write_text("just words\n")
-    with pytest.raises(InvalidConfigError, match=r"d\.properties:1"):
+    bad.write_text("topics = \\uZZZZ\n")
+    with pytest.raises(InvalidConfigError, match=r"d\.properties.*\\uZZZZ"):
         read_config_file(str(bad))

@@ -287,6 +287,15 @@ def test_the_rest_api_answers_in_kafka_connects_shapes(
         assert missing.status_code == 404 and missing.json()["error_code"] == 404
         bad = http.post("/connectors", json={"name": "b", "config": {"connector.class": "Nope"}})
         assert bad.status_code == 400 and "Nope" in bad.json()["message"]
+        at_least_once = {  # a promise this sink cannot keep is refused with the reason
+            "connector.class": "FileStreamSink",
+            "file": "/nowhere/out.txt",
+            "topics": topic,
+            "exactly.once.support": "required",
+        }
+        refused = http.post("/connectors", json={"name": "eos", "config": at_least_once})
+        assert refused.status_code == 400, refused.text
+        assert "writes at least once" in refused.json()["message"]
 
 
 def test_the_cli_manages_connectors(

@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from raystream.errors import InvalidConfigError
-from raystream.mirror.config import (
-    ClusterSpec,
-    FlowSettings,
-    flows_from_properties,
-    parse_properties,
-)
+from raystream.mirror.config import ClusterSpec, FlowSettings, flows_from_properties
 from raystream.mirror.connectors import check_workers_target
+from raystream.properties import parse_properties
 
 MM2 = """
 # two clusters, one direction enabled
@@ -74,7 +70,7 @@ def test_a_flow_survives_the_round_trip_through_its_connector_config() -> None:
             "emit.checkpoints.interval.seconds = soon\n",
             "emit.checkpoints.interval.seconds='soon'",
         ),
-        ("clusters = a\nnot a setting\n", "line 2"),
+        ("clusters = a\nbroken = \\u00\n", r"\\u00"),
     ],
 )
 def test_bad_files_are_refused_naming_what_is_wrong(text: str, match: str) -> None:

@@ -1,6 +1,7 @@
-"""Test certificates (a CA, server and client certificates) and JWT keys, made with
-``cryptography`` in a temporary directory (nothing is checked in), and the secured
-clusters of the listener tests (a broker config of their own each, one per module)."""
+"""Test certificates (a CA, server and client certificates, PKCS12 stores of them) and
+JWT keys, made with ``cryptography`` in a temporary directory (nothing is checked in),
+and the secured clusters of the listener tests (a broker config of their own each, one
+per module)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,38 @@ def make_pki(directory: str) -> Pki:
     ca_path = os.path.join(directory, "ca.pem")
     _write(ca_path, cert.public_bytes(serialization.Encoding.PEM))
     return Pki(directory, key, cert, ca_path)
+
+
+def write_pkcs12(
+    path: str, password: str, key_pem: str = "", cert_pem: str = "", cas: tuple[str, ...] = ()
+) -> str:
+    """Write a PKCS12 file: a private key with its certificate (a keystore) and/or CA
+    certificates (a truststore), read from PEM files; returns ``path``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption,
+        load_pem_private_key,
+        pkcs12,
+    )
+
+    def cert(pem_path: str) -> Any:
+        with open(pem_path, "rb") as f:
+            return x509.load_pem_x509_certificate(f.read())
+
+    key = None
+    if key_pem:
+        with open(key_pem, "rb") as f:
+            key = load_pem_private_key(f.read(), None)
+    data = pkcs12.serialize_key_and_certificates(
+        b"server" if key is not None else None,
+        key,
+        cert(cert_pem) if cert_pem else None,
+        [cert(c) for c in cas] or None,
+        BestAvailableEncryption(password.encode()),
+    )
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
 
 
 @dataclass

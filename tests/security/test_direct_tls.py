@@ -23,7 +23,7 @@ import pytest
 from raystream.errors import SslAuthenticationError
 from raystream.security.tls import ClientTlsSettings, TlsConfig, TlsSettings
 from raystream.wire import HELLO, Channel, Endpoint, LoopChannel, Server
-from tests.security.conftest import make_pki
+from tests.security.conftest import make_pki, write_pkcs12
 
 MARKER = b"direct-path-secret-value-7c1f"
 
@@ -125,6 +125,19 @@ def through(tap: Tap, endpoint: Endpoint) -> Endpoint:
 
 
 # ------------------------------------------------------------------------ wire
+
+
+def test_pkcs12_stores_serve_and_check_the_direct_path(serve, pki, tmp_path) -> None:
+    cert, key = pki.issue("wire-p12", "wire-p12", ("127.0.0.1",))
+    keystore = write_pkcs12(str(tmp_path / "wire.p12"), "ks-secret", key, cert)
+    truststore = write_pkcs12(str(tmp_path / "trust.p12"), "ts-secret", cas=(pki.ca_path,))
+    served = serve(
+        TlsSettings(keystore, keystore_type="PKCS12", keystore_password="ks-secret"),
+        ClientTlsSettings(truststore, truststore_type="PKCS12", truststore_password="ts-secret"),
+    )
+    channel = Channel(served.endpoint, "p12", lambda ch: None)
+    assert channel.call("echo", (MARKER,)).result(30) == MARKER
+    channel.close()
 
 
 def test_a_tls_channel_carries_concurrent_calls_and_the_wire_shows_no_plaintext(serve, pki) -> None:

@@ -92,6 +92,9 @@ class PostgresSink(SinkConnector):
     def validate(self, config: Mapping[str, str]) -> None:
         PostgresSinkConfig.from_config(config)
 
+    def exactly_once_support(self, config: Mapping[str, str]) -> bool:
+        return True  # offsets in the rows' own transaction (see the module)
+
     def task_class(self) -> type[SinkTask]:
         return PostgresSinkTask
 
