@@ -8,6 +8,7 @@ tasks and actors receive it and reconnect by name.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,8 @@ from raystream.transport import (
     stop_actor,
     wait_result,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "raystream"
 CONTROL_TIMEOUT_S = 300
@@ -287,6 +290,16 @@ class Cluster:
         with self._lock:
             self._metadata[topic] = metadata
         return metadata
+
+    def report_unresponsive_leader(self, topic: str, partition: int) -> None:
+        """Tell the controller that the partition's leader left a request unanswered
+        (past the client's request timeout), without waiting: the controller probes it
+        and takes a hung leader out (see :mod:`raystream.controller.liveness`). For a
+        partition without followers, clients are the only ones who can notice."""
+        try:  # a Ray call left to run: nobody waits for its answer
+            self.controller.leader_unresponsive.remote(topic, partition)
+        except Exception as error:  # a report only speeds detection up
+            logger.debug("leader report for %s-%d not sent: %s", topic, partition, error)
 
     def forget(self, topic: str) -> None:
         """Drop cached metadata of ``topic``."""

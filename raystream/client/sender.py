@@ -51,8 +51,11 @@ refreshes it from the controller, backs the partition off ``retry_backoff_ms`` a
 the batch back in its place (retries go before new batches, in their original order),
 until ``retries`` or ``delivery_timeout_ms`` (counted from the oldest record) runs out;
 then its records fail with the last error, wrapped in RaystreamTimeoutError when the
-time ran out. Any other error fails the batch's records at once. For an idempotent
-producer two more rules, as in Kafka since KIP-360:
+time ran out. Any other error fails the batch's records at once. A call the leader
+leaves unanswered past ``request_timeout_ms`` is abandoned and retried the same way,
+and the leader is reported to the controller, which probes it and takes it out if it
+hangs (for a single-replica partition, the producer is the only one who can notice).
+For an idempotent producer two more rules, as in Kafka since KIP-360:
 
 - OutOfOrderSequenceError while an earlier batch of the partition is unanswered or
   being retried is retriable: the gap is that batch, and the retry follows it. If every
@@ -852,14 +855,19 @@ class Sender(threading.Thread):
         return True
 
     def _expire(self, now: float) -> None:
+        """Abandon the calls unanswered past ``request_timeout_ms`` (their batches are
+        retried or failed; the controller hears of each silent leader, which may be
+        hung) and fail what waited past ``delivery_timeout_ms``."""
         config = self._config
         request_timeout_s = config.request_timeout_ms / 1000
+        silent: set[tuple[str, int]] = set()
         for future, batch in list(self._in_flight.items()):
             if now - batch.sent_at >= request_timeout_s:
                 # Abandoned: the call may still land; an idempotent retry is then a
                 # duplicate the leader answers with the original offsets.
                 del self._in_flight[future]
                 self._queues[(batch.topic, batch.partition)].in_flight -= 1
+                silent.add((batch.topic, batch.partition))
                 if self._acks == 0:
                     continue
                 error = RaystreamTimeoutError(
@@ -867,6 +875,8 @@ class Sender(threading.Thread):
                     f"within request_timeout_ms={config.request_timeout_ms}"
                 )
                 self._retry_or_fail(batch, error, now)
+        for topic, partition in silent:
+            self._topics.cluster.report_unresponsive_leader(topic, partition)
         delivery_timeout_s = config.delivery_timeout_ms / 1000
         for queue in self._queues.values():
             if queue.pending and now - queue.pending[0].created >= delivery_timeout_s:
