@@ -31,6 +31,7 @@ from raystream.errors import (
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import Result, TopicMetadata
 from raystream.requests import Request
+from raystream.retry import Backoff
 from raystream.transport import (
     call,
     ensure_ray,
@@ -163,7 +164,7 @@ class Cluster:
         retried until ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        backoff_s = 0.05
+        backoff = Backoff(50, 1000)
         while True:
             try:
                 answer = wait_result(
@@ -174,11 +175,11 @@ class Cluster:
                 break
             except BrokerNotAvailableError:
                 current = self._find_controller()
-                if time.monotonic() + backoff_s >= deadline or current is None:
+                pause = backoff.next_s()
+                if time.monotonic() + pause >= deadline or current is None:
                     raise
                 self.controller = current  # restarting, or replaced by a new one
-                time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+                time.sleep(pause)
         return answer.unwrap() if isinstance(answer, Result) else answer
 
     def coordinator(self, refresh: bool = False) -> Any:
@@ -254,7 +255,7 @@ class Cluster:
         is_request = isinstance(method, Request)
         name = type(method).__name__ if is_request else method
         deadline = time.monotonic() + timeout_s
-        backoff_s = 0.05
+        backoff = Backoff(50, 1000)
         refresh = False
         while True:
             try:
@@ -266,10 +267,10 @@ class Cluster:
                 )
                 return answer.unwrap() if isinstance(answer, Result) else answer
             except retry as error:
-                if time.monotonic() + backoff_s >= deadline:
+                pause = backoff.next_s()
+                if time.monotonic() + pause >= deadline:
                     raise
-                time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+                time.sleep(pause)
                 refresh = isinstance(error, (BrokerNotAvailableError, CoordinatorNotAvailableError))
 
     def _find_controller(self) -> Any:

@@ -128,13 +128,15 @@ from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE, encode_records
+from raystream.retry import Backoff
 from raystream.security.quotas import PRODUCER_BYTE_RATE
 from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
 
-IDLE_S = 0.002
-"""Pause after a loop failure, so a repeating one does not spin."""
+IDLE_MS = (2, 1000)
+"""First and longest pause after a loop failure (:class:`~raystream.retry.Backoff`),
+so a repeating one does not spin."""
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 """Calls in flight per partition for an idempotent producer: the leader remembers the
 last five batches of a producer, so any unanswered one is recognised when retried."""
@@ -430,16 +432,18 @@ class Sender(threading.Thread):
             queue.unacked.clear()
 
     def run(self) -> None:
+        backoff = Backoff(*IDLE_MS)
         while True:
             try:
                 if self._turn():
                     return
+                backoff.reset()
             except Exception:  # the loop survives every error
                 logger.exception("producer sender loop failed; continuing")
                 if self._abort_error is not None:
                     self._fail_everything(self._abort_error)
                     return
-                time.sleep(IDLE_S)  # no hot loop if the failure repeats
+                time.sleep(backoff.next_s())  # no hot loop if the failure repeats
 
     def _turn(self) -> bool:
         """One turn of the loop; True when the thread should stop."""
