@@ -37,7 +37,7 @@ from raystream.actors.txn_coordinator import (
     TransactionCoordinatorActor,
 )
 from raystream.config import BrokerConfig
-from raystream.controller.liveness import DOWN_STATES, Liveness
+from raystream.controller.liveness import DOWN_STATES, HUNG_RESTART_S, Liveness
 from raystream.controller.metadata import (
     PartitionState,
     TopicState,
@@ -121,6 +121,11 @@ FULL_PASS_S = 10.0
 net that costs no call to any replica."""
 PING_TIMEOUT_S = 1.0
 """How long a probed suspect has to answer before it counts as hung."""
+DESCRIBE_WAIT_S = 1.0
+"""How long ``describe_topic`` waits for the partitions' leaders to report their offsets
+(all asked at once). The description itself is the controller's metadata, as Kafka's
+DescribeTopics answers from metadata without asking the leaders; a leader that has not
+answered by then is described with offsets -1 (unknown) and probed as a suspect."""
 
 
 def _ping_failed(ref: Any) -> bool:
@@ -585,6 +590,20 @@ class Controller:
             self._wake.set()
         return Result()
 
+    def leader_unresponsive(self, topic_name: str, partition: int) -> Result:
+        """A client reports that the partition's leader left its request unanswered
+        (a producer past ``request_timeout_ms``): the current leader is probed as a
+        suspect (:meth:`replica_unresponsive`). A partition without followers has no
+        other peer to notice a hang. A stale report (leadership moved since) costs the
+        new leader one probe, which it answers."""
+        with self._lock:
+            topic = self.topics.get(topic_name)
+            states = topic.visible_partitions() if topic is not None else []
+            leader = states[partition].leader if 0 <= partition < len(states) else OFFLINE
+        if leader != OFFLINE:
+            self.replica_unresponsive(topic_name, partition, leader)
+        return Result()
+
     def _monitor(self) -> None:
         """Watch replicas and nodes; fail over leaders, shrink ISRs, replace lost replicas.
 
@@ -641,11 +660,12 @@ class Controller:
             return
         ready, _ = ray.wait(list(probes.values()), num_returns=len(probes), timeout=PING_TIMEOUT_S)
         answered = set(ready)
+        now = time.monotonic()
         for key, ref in probes.items():
             ok = ref in answered and not _ping_failed(ref)
             if not ok and key not in self._health.hung():
                 logger.warning("%s-%s: replica %s does not answer its probe", *key)
-            self._health.probed(key, ok)
+            self._health.probed(key, ok, now)
 
     def _monitor_once(self, nodes: set[str]) -> None:
         with self._lock:  # partitions being created are their creation's to watch
@@ -673,8 +693,31 @@ class Controller:
                         if r not in lost and (topic.name, state.partition, r) not in down
                     }
                     calls += self._reconcile(topic, state, live, lost)
+        self._restart_hung(handles)
         if calls:
             ray.wait(calls, num_returns=len(calls), timeout=5)
+
+    def _restart_hung(self, handles: dict[tuple[str, int, int], Any]) -> None:
+        """Restart the replicas hung for :data:`HUNG_RESTART_S` whose partition is
+        offline (no other in-sync replica could take over: a single replica, or all
+        hung): Ray brings each back in a new process, which recovers its log from disk
+        and is elected again once it serves (see :mod:`raystream.controller.liveness`).
+        One that Ray is restarting already is left to it."""
+        for key in self._health.hung_for(HUNG_RESTART_S, time.monotonic()):
+            handle = handles.get(key)
+            with self._lock:
+                topic = self.topics.get(key[0])
+                states = topic.visible_partitions() if topic is not None else []
+                offline = key[1] < len(states) and states[key[1]].leader == OFFLINE
+            if handle is None or not offline or actor_state(handle._actor_id.hex()) != "ALIVE":
+                continue
+            logger.warning(
+                "%s-%s: replica %s hung for over %.0f s with its partition offline; restarting it",
+                *key,
+                HUNG_RESTART_S,
+            )
+            self._health.forget([key])
+            ray.kill(handle, no_restart=False)
 
     def _reconcile(
         self, topic: TopicState, state: PartitionState, live: set[int], lost: set[int]
@@ -1312,32 +1355,56 @@ class Controller:
             return failure(error)
 
     def describe_topic(self, name: str) -> Result:
-        """A TopicDescription with live offsets from each partition's leader."""
+        """A TopicDescription: the metadata's partitions, with each leader's offsets.
+
+        Every leader is asked at once and given :data:`DESCRIBE_WAIT_S` in all, so a
+        dead or hung leader costs one short wait, not a timeout per partition. A leader
+        that answers gives its offsets; one that Ray reports dead is described as no
+        leader (-1, offsets -1) until the monitor elects another (Ray has told it
+        already); one that does not answer in time keeps its place (the metadata's
+        leader, as Kafka describes a broker until its session expires) with offsets -1,
+        and is probed: if hung, the monitor takes it out as it does for a hang its
+        peers report.
+        """
         try:
             with self._lock:
                 topic = self._topic(name)
                 visible = topic.visible_partitions()
-                leaders = [self._handles.get((name, p.partition, p.leader)) for p in visible]
-            states: list[dict[str, Any] | None] = []
-            for handle in leaders:
-                try:
-                    states.append(ray.get(handle.state.remote(), timeout=10) if handle else None)
-                except Exception:
-                    states.append(None)
-            partitions = [
-                PartitionDescription(
-                    partition=p.partition,
-                    leader=p.leader if state else -1,
-                    replicas=list(p.replicas),
-                    isr=list(p.isr),
-                    leader_epoch=p.leader_epoch,
-                    log_start_offset=state["log_start_offset"] if state else -1,
-                    high_watermark=state["high_watermark"] if state else -1,
-                    log_end_offset=state["log_end_offset"] if state else -1,
-                    nodes=dict(p.nodes),
+                keys = [(name, p.partition, p.leader) for p in visible]
+                handles = [self._handles.get(key) for key in keys]
+            asked = {i: h.state.remote() for i, h in enumerate(handles) if h is not None}
+            answered: set[Any] = set()
+            if asked:
+                answered = set(
+                    ray.wait(list(asked.values()), num_returns=len(asked), timeout=DESCRIBE_WAIT_S)[
+                        0
+                    ]
                 )
-                for p, state in zip(visible, states, strict=True)
-            ]
+            partitions = []
+            for i, p in enumerate(visible):
+                ref = asked.get(i)
+                state, leader = None, p.leader if ref is not None else OFFLINE
+                if ref in answered:
+                    try:
+                        state = ray.get(ref)
+                    except ray.exceptions.RayError:  # died: nobody leads it this moment
+                        leader = OFFLINE
+                elif ref is not None:
+                    ray.cancel(ref)
+                    self.replica_unresponsive(*keys[i])
+                partitions.append(
+                    PartitionDescription(
+                        partition=p.partition,
+                        leader=leader,
+                        replicas=list(p.replicas),
+                        isr=list(p.isr),
+                        leader_epoch=p.leader_epoch,
+                        log_start_offset=state["log_start_offset"] if state else -1,
+                        high_watermark=state["high_watermark"] if state else -1,
+                        log_end_offset=state["log_end_offset"] if state else -1,
+                        nodes=dict(p.nodes),
+                    )
+                )
             return Result(
                 value=TopicDescription(
                     name=name,

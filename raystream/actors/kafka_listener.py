@@ -44,6 +44,7 @@ from raystream.errors import BrokerNotAvailableError, RaystreamError
 from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.groups.offsets_topic import partition_for as offsets_partition_for
 from raystream.kafka.call import Endpoint
+from raystream.kafka.data import produce_queues
 from raystream.kafka.listeners import (
     SASL_PROTOCOLS,
     TLS_PROTOCOLS,
@@ -139,12 +140,14 @@ class KafkaListener:
         return self.describe()
 
     def describe(self) -> dict[str, Any]:
-        """Broker id, node, advertised endpoints and connection counters."""
+        """Broker id, node, advertised endpoints, connection counters, and how many
+        partitions have produce batches on their way to their leaders now."""
         return {
             "broker_id": self.broker_id,
             "node": self.node,
             "endpoints": self._endpoints(),
             "stats": [s.stats() for s in self._servers],
+            "produce_queues": sum(produce_queues(s.backend) for s in self._servers),
         }
 
     async def _start(self) -> None:

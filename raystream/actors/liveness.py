@@ -22,12 +22,13 @@ import threading
 from collections.abc import Callable
 
 from raystream.controller.liveness import DOWN_STATES
+from raystream.retry import Backoff
 
 logger = logging.getLogger(__name__)
 
-RESUBSCRIBE_BACKOFF_S = (0.1, 2.0)
+RESUBSCRIBE_BACKOFF_MS = (100, 2000)
 """First and longest pause before subscribing again after the subscription failed (the
-GCS restarting, say)."""
+GCS restarting, say), growing as :class:`~raystream.retry.Backoff` does."""
 
 
 def actor_state(actor_id: str) -> str | None:
@@ -111,13 +112,13 @@ class ActorStateWatch:
 
         state_name = gcs_pb2.ActorTableData.ActorState.Name
         self._stopped = asyncio.Event()
-        backoff = RESUBSCRIBE_BACKOFF_S[0]
+        backoff = Backoff(*RESUBSCRIBE_BACKOFF_MS)
         while not self._stopped.is_set():
             subscriber = GcsAioActorSubscriber(address=self._gcs_address)
             try:
                 await subscriber.subscribe()
                 self._on_resync()
-                backoff = RESUBSCRIBE_BACKOFF_S[0]
+                backoff.reset()
                 while not self._stopped.is_set():
                     polled = asyncio.ensure_future(subscriber.poll(batch_size=1000))
                     stop = asyncio.ensure_future(self._stopped.wait())
@@ -136,5 +137,4 @@ class ActorStateWatch:
             finally:
                 await subscriber.close()
             if not self._stopped.is_set():
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RESUBSCRIBE_BACKOFF_S[1])
+                await asyncio.sleep(backoff.next_s())

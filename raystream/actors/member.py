@@ -6,7 +6,9 @@ loops: poll a batch, call the user's function on it, commit the batch's offsets 
 the function returned (at-least-once: a crash between the two re-delivers the batch to
 whoever owns the partition next, never skips it). When the function raises, the batch
 is not committed; the member seeks back and tries again after a pause, so a record is
-never passed over because of a transient error.
+never passed over because of a transient error. The pauses grow while the failures go
+on (:class:`~raystream.retry.Backoff`: Kafka's 100 ms doubling to 1 s, jittered) and
+start over after a batch goes through.
 
 Commits do not hold the loop up: a commit is sent without waiting, at most one at a
 time (a later one covers everything an earlier one would have, and one in flight at a
@@ -43,6 +45,7 @@ from typing import Any
 import ray
 
 from raystream.errors import ProducerFencedError
+from raystream.retry import Backoff
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -50,7 +53,6 @@ logger = logging.getLogger(__name__)
 ARROW = "arrow"
 RECORDS = "records"
 POLL_TIMEOUT_MS = 200
-RETRY_BACKOFF_S = 1.0
 
 
 class GroupMember:
@@ -105,6 +107,7 @@ class GroupMember:
         self._assignment: list[TopicPartition] = []
         self._uncommitted = False  # processed batches whose offsets were not committed
         self._committing = False  # a commit is in flight
+        self._backoff = Backoff()  # pauses between failed steps; reset by a good one
         self._thread = threading.Thread(target=self._run, name="raystream-member", daemon=True)
         self._thread.start()
 
@@ -112,13 +115,17 @@ class GroupMember:
         consumer = self._consumer
         while not self._stop.is_set():
             try:
-                self._step(consumer)
+                processed = self._step(consumer)
             except ProducerFencedError:  # a newer incarnation took over: stop for good
                 self._failed(traceback.format_exc(limit=3))
                 break
             except Exception:  # the loop survives: the error is kept for status()
                 self._failed(traceback.format_exc(limit=3))
-                self._stop.wait(RETRY_BACKOFF_S)
+                processed = False
+            if processed:
+                self._backoff.reset()
+            elif processed is not None:
+                self._stop.wait(self._backoff.next_s())
         if self._uncommitted or self._committing:
             try:
                 consumer.commit()  # after the one in flight: positions only grow
@@ -128,7 +135,9 @@ class GroupMember:
         if self._producer is not None:
             self._producer.close()
 
-    def _step(self, consumer: Any) -> None:
+    def _step(self, consumer: Any) -> bool | None:
+        """Poll, process and commit one batch: True once processed, False when ``fn``
+        failed on it (it is read again after the loop's pause), None for an empty poll."""
         if self._mode == ARROW:
             table = consumer.poll_arrow(timeout_ms=POLL_TIMEOUT_MS)
             batch, rows = table, table.num_rows
@@ -142,13 +151,13 @@ class GroupMember:
             self._assignment = sorted(consumer.assignment())
         if not rows:
             self._commit(consumer)
-            return
+            return None
         if self._producer is not None:
             self._transact(consumer, batch, starts)
             with self._lock:
                 self._processed += rows
                 self._batches += 1
-            return
+            return True
         try:
             self._fn(batch)
         except Exception:
@@ -156,13 +165,13 @@ class GroupMember:
             for tp, offset in starts.items():  # not processed: read them again
                 if tp in consumer.assignment():
                     consumer.seek(tp, offset)
-            self._stop.wait(RETRY_BACKOFF_S)
-            return
+            return False
         self._uncommitted = True
         self._commit(consumer)
         with self._lock:
             self._processed += rows
             self._batches += 1
+        return True
 
     def _commit(self, consumer: Any) -> None:
         """Commit the positions of processed batches, unless a commit is in flight (its

@@ -61,6 +61,7 @@ from raystream.requests import (
     Request,
     WriteTxnMarkerRequest,
 )
+from raystream.retry import Backoff
 from raystream.transport import CALL_ERRORS, DEAD_ACTOR_ERRORS, LoopRoutes
 from raystream.types import TopicPartition
 
@@ -72,8 +73,8 @@ FETCH_MAX_BYTES = 8 << 20
 """What one fetch may return: an internal partition is read in a few calls at most."""
 
 
-BACKOFF_S = (0.05, 1.0)
-"""First and longest pause between attempts (doubling in between)."""
+BACKOFF_MS = (50, 1000)
+"""First and longest pause between attempts (:class:`~raystream.retry.Backoff`)."""
 
 
 class PartitionClient:
@@ -103,7 +104,7 @@ class PartitionClient:
             BrokerNotAvailableError: no controller answered within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        pause, longest = BACKOFF_S
+        backoff = Backoff(*BACKOFF_MS)
         while True:
             try:
                 if self._controller is None:
@@ -117,13 +118,13 @@ class PartitionClient:
                 break
             except (ValueError, TimeoutError, *DEAD_ACTOR_ERRORS) as error:  # gone, restarting
                 self._controller = None
+                pause = backoff.next_s()
                 if time.monotonic() + pause >= deadline:
                     raise BrokerNotAvailableError(
                         f"the controller of namespace {self._namespace!r} did not answer "
                         f"{method} within {timeout_s} s: {error}"
                     ) from None
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, longest)
         return answer.unwrap() if isinstance(answer, Result) else answer
 
     async def topic_metadata(self, topic: str, refresh: bool = False) -> TopicMetadata:
@@ -316,7 +317,7 @@ class PartitionClient:
             RaystreamTimeoutError: still failing at the deadline (the last error chained).
             RaystreamError: a non-retriable error.
         """
-        pause, longest = BACKOFF_S
+        backoff = Backoff(*BACKOFF_MS)
         while True:
             try:
                 leader = await self._leader(tp)
@@ -328,6 +329,7 @@ class PartitionClient:
                     raise
                 if error.invalid_metadata:
                     self._leaders.pop(tp, None)
+                pause = backoff.next_s()
                 if time.monotonic() + pause >= deadline:
                     raise RaystreamTimeoutError(
                         f"{type(request).__name__} on {tp.topic}-{tp.partition} still "
@@ -335,7 +337,6 @@ class PartitionClient:
                     ) from error
                 logger.debug("%s-%d: retrying after %s", tp.topic, tp.partition, error)
                 await asyncio.sleep(pause)
-                pause = min(pause * 2, longest)
 
     @staticmethod
     async def _within(deadline: float, answer: Any) -> Any:

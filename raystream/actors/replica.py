@@ -120,6 +120,7 @@ from raystream.requests import (
     ReplicaFetchRequest,
     WriteTxnMarkerRequest,
 )
+from raystream.retry import Backoff
 from raystream.transactions.markers import marker_batch
 from raystream.transport import send
 from raystream.wire import Endpoint
@@ -428,7 +429,7 @@ class PartitionReplica:
 
     async def _recover_role(self) -> None:
         """Ask the controller what this replica is (after a start or a restart)."""
-        delay = 0.1
+        backoff = Backoff(100, 2000)
         while self.role == ROLE_PENDING:
             try:
                 controller = ray.get_actor(CONTROLLER_NAME, namespace=self.namespace)
@@ -443,8 +444,7 @@ class PartitionReplica:
                 release_free_memory()
                 return
             except Exception:  # the controller may be restarting: try again
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await asyncio.sleep(backoff.next_s())
 
     # ---------------------------------------------------------------- produce
 
@@ -947,7 +947,7 @@ class PartitionReplica:
         """Truncate a divergent suffix, then copy the leader's log until told otherwise."""
         epoch = self.leader_epoch
         leader = self._leader_handle
-        backoff = 0.05
+        backoff = Backoff(50, 1000)
         truncated = False
         while self.role == ROLE_FOLLOWER and self.leader_epoch == epoch:
             try:
@@ -987,15 +987,14 @@ class PartitionReplica:
                 self._appending = None
                 self._set_high_watermark(answer.high_watermark)
                 await self._follow_log_start(answer.log_start_offset)
-                backoff = 0.05
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 logger.debug(
                     "follower %s of %s-%s: %s", self.replica_id, self.topic, self.partition, error
                 )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(backoff.next_s())
 
     async def _leader_answer(self, call: Any) -> Any:
         """The leader's answer to a replica fetch (a future of :func:`send`).

@@ -14,7 +14,9 @@ surfaces. The failing worker first stops the application's other workers (they c
 close their tasks and leave; Kafka Streams' default SHUTDOWN_CLIENT response: the app
 is one client), so none of them takes its tasks over and meets the same record; then it
 closes its tasks (dirty) and leaves the group. Other errors (a broker restarting, a
-refused commit) are logged and the loop goes on. Ray restarts a crashed worker
+refused commit) are logged and the loop goes on after a pause that grows while they
+repeat (:class:`~raystream.retry.Backoff`) and starts over after a round that went
+through. Ray restarts a crashed worker
 (``max_restarts``): it rejoins the group and restores its tasks.
 """
 
@@ -30,13 +32,13 @@ import ray
 
 from raystream.errors import RaystreamError, StreamsError
 from raystream.requests import DescribeGroupRequest
+from raystream.retry import Backoff
 from raystream.streams.runtime import ERROR, StreamsWorker, wall_clock_ms
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 ACTOR_PREFIX = "streams:"
-RETRY_BACKOFF_S = 0.5
 SIBLINGS_STOP_TIMEOUT_S = 60.0
 
 
@@ -127,6 +129,7 @@ class StreamsWorkerShell:
     def _run(self) -> None:
         worker = self.worker
         clean = True
+        backoff = Backoff()
         try:
             worker.start()
             while not self._stop.is_set():
@@ -136,7 +139,9 @@ class StreamsWorkerShell:
                     raise
                 except RaystreamError as error:  # transient: the loop goes on
                     logger.warning("streams worker %d: %s", self.slot, error)
-                    self._stop.wait(RETRY_BACKOFF_S)
+                    self._stop.wait(backoff.next_s())
+                else:
+                    backoff.reset()
         except Exception as error:
             clean = False
             worker.error = "".join(traceback.format_exception(error, limit=4))

@@ -102,6 +102,7 @@ from raystream.requests import (
     EndTxnRequest,
     InitProducerIdRequest,
 )
+from raystream.retry import Backoff
 from raystream.transactions import metadata as rules
 from raystream.transactions.metadata import TransactionMetadata, TxnState
 from raystream.transactions.state_topic import (
@@ -118,8 +119,9 @@ logger = logging.getLogger(__name__)
 TRANSACTION_COORDINATOR_NAME = "raystream-transaction-coordinator"
 MARKER_TIMEOUT_MS = 30_000
 STATE_WRITE_TIMEOUT_S = 30.0
-MARKER_BACKOFF_S = (0.05, 1.0)
-"""First and longest pause between attempts to write a marker."""
+MARKER_BACKOFF_MS = (50, 1000)
+"""First and longest pause between attempts to write a marker
+(:class:`~raystream.retry.Backoff`)."""
 
 
 def _now_ms() -> int:
@@ -405,6 +407,7 @@ class TransactionCoordinator:
         (e.g. the state topic's leader moved), then adopt Complete* (persisted lazily,
         see the module docstring). Nothing changes the id meanwhile: every request
         about it waits for this first."""
+        backoff = Backoff(MARKER_BACKOFF_MS[1], MARKER_BACKOFF_MS[1])
         while True:
             try:
                 await self._write_markers(prepared)
@@ -413,7 +416,7 @@ class TransactionCoordinator:
                 logger.exception(
                     "could not write the markers of %r; retrying", prepared.transactional_id
                 )
-                await asyncio.sleep(MARKER_BACKOFF_S[1])
+                await asyncio.sleep(backoff.next_s())
         if self._store.transactions.get(prepared.transactional_id) == prepared:
             self._store.transactions[prepared.transactional_id] = rules.complete(
                 prepared, _now_ms()
@@ -438,7 +441,7 @@ class TransactionCoordinator:
         A partition whose topic was deleted needs no marker; one that already took a
         newer epoch of the producer (a newer marker fenced this one) needs none either.
         """
-        backoff, longest = MARKER_BACKOFF_S
+        backoff = Backoff(*MARKER_BACKOFF_MS)
         while True:
             error = await self._client.write_txn_marker(
                 tp,
@@ -457,8 +460,7 @@ class TransactionCoordinator:
                 logger.warning("marker on %s-%d refused: %s", tp.topic, tp.partition, error)
                 return
             logger.debug("marker on %s-%d not written yet: %s", tp.topic, tp.partition, error)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, longest)
+            await asyncio.sleep(backoff.next_s())
 
     async def _exists(self, tp: TopicPartition) -> bool:
         try:

@@ -30,6 +30,7 @@ from raystream.requests import (
     ListGroupsRequest,
     ResetOffsetsRequest,
 )
+from raystream.retry import Backoff
 from raystream.security.acls import AclBinding, AclBindingFilter
 from raystream.security.quotas import (
     MATCH_ANY,
@@ -370,6 +371,7 @@ class Admin:
         deadline = time.monotonic() + timeout_ms / 1000
         result: dict[TopicPartition, int] = {}
         for tp, offset in offsets.items():
+            backoff = Backoff()
             while True:
                 # A partition that does not exist fails here, without a retry.
                 leader = self.cluster.require_partition(tp.topic, tp.partition).leader_handle
@@ -388,7 +390,7 @@ class Admin:
                 except RaystreamError as error:
                     if not error.retriable or time.monotonic() >= deadline:
                         raise
-                    time.sleep(0.1)
+                    time.sleep(min(backoff.next_s(), max(deadline - time.monotonic(), 0.0)))
                     self.cluster.forget(tp.topic)
         return result
 

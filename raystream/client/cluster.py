@@ -8,6 +8,7 @@ tasks and actors receive it and reconnect by name.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from raystream.errors import (
 from raystream.log.checkpoint import lock_directory
 from raystream.protocol import Result, TopicMetadata
 from raystream.requests import Request
+from raystream.retry import Backoff
 from raystream.transport import (
     call,
     ensure_ray,
@@ -40,6 +42,8 @@ from raystream.transport import (
     stop_actor,
     wait_result,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "raystream"
 CONTROL_TIMEOUT_S = 300
@@ -160,7 +164,7 @@ class Cluster:
         retried until ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        backoff_s = 0.05
+        backoff = Backoff(50, 1000)
         while True:
             try:
                 answer = wait_result(
@@ -171,11 +175,11 @@ class Cluster:
                 break
             except BrokerNotAvailableError:
                 current = self._find_controller()
-                if time.monotonic() + backoff_s >= deadline or current is None:
+                pause = backoff.next_s()
+                if time.monotonic() + pause >= deadline or current is None:
                     raise
                 self.controller = current  # restarting, or replaced by a new one
-                time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+                time.sleep(pause)
         return answer.unwrap() if isinstance(answer, Result) else answer
 
     def coordinator(self, refresh: bool = False) -> Any:
@@ -251,7 +255,7 @@ class Cluster:
         is_request = isinstance(method, Request)
         name = type(method).__name__ if is_request else method
         deadline = time.monotonic() + timeout_s
-        backoff_s = 0.05
+        backoff = Backoff(50, 1000)
         refresh = False
         while True:
             try:
@@ -263,10 +267,10 @@ class Cluster:
                 )
                 return answer.unwrap() if isinstance(answer, Result) else answer
             except retry as error:
-                if time.monotonic() + backoff_s >= deadline:
+                pause = backoff.next_s()
+                if time.monotonic() + pause >= deadline:
                     raise
-                time.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 1.0)
+                time.sleep(pause)
                 refresh = isinstance(error, (BrokerNotAvailableError, CoordinatorNotAvailableError))
 
     def _find_controller(self) -> Any:
@@ -287,6 +291,16 @@ class Cluster:
         with self._lock:
             self._metadata[topic] = metadata
         return metadata
+
+    def report_unresponsive_leader(self, topic: str, partition: int) -> None:
+        """Tell the controller that the partition's leader left a request unanswered
+        (past the client's request timeout), without waiting: the controller probes it
+        and takes a hung leader out (see :mod:`raystream.controller.liveness`). For a
+        partition without followers, clients are the only ones who can notice."""
+        try:  # a Ray call left to run: nobody waits for its answer
+            self.controller.leader_unresponsive.remote(topic, partition)
+        except Exception as error:  # a report only speeds detection up
+            logger.debug("leader report for %s-%d not sent: %s", topic, partition, error)
 
     def forget(self, topic: str) -> None:
         """Drop cached metadata of ``topic``."""

@@ -51,8 +51,11 @@ refreshes it from the controller, backs the partition off ``retry_backoff_ms`` a
 the batch back in its place (retries go before new batches, in their original order),
 until ``retries`` or ``delivery_timeout_ms`` (counted from the oldest record) runs out;
 then its records fail with the last error, wrapped in RaystreamTimeoutError when the
-time ran out. Any other error fails the batch's records at once. For an idempotent
-producer two more rules, as in Kafka since KIP-360:
+time ran out. Any other error fails the batch's records at once. A call the leader
+leaves unanswered past ``request_timeout_ms`` is abandoned and retried the same way,
+and the leader is reported to the controller, which probes it and takes it out if it
+hangs (for a single-replica partition, the producer is the only one who can notice).
+For an idempotent producer two more rules, as in Kafka since KIP-360:
 
 - OutOfOrderSequenceError while an earlier batch of the partition is unanswered or
   being retried is retriable: the gap is that batch, and the retry follows it. If every
@@ -125,13 +128,15 @@ from raystream.groups.offsets_topic import OFFSETS_TOPIC
 from raystream.log.batch import BatchEncoder
 from raystream.log.producer_state import MAX_PRODUCER_EPOCH, NO_PRODUCER_ID, next_sequence
 from raystream.protocol import NONE, encode_records
+from raystream.retry import Backoff
 from raystream.security.quotas import PRODUCER_BYTE_RATE
 from raystream.transport import is_dead_actor_error, is_lost_call_error, send
 
 logger = logging.getLogger(__name__)
 
-IDLE_S = 0.002
-"""Pause after a loop failure, so a repeating one does not spin."""
+IDLE_MS = (2, 1000)
+"""First and longest pause after a loop failure (:class:`~raystream.retry.Backoff`),
+so a repeating one does not spin."""
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 """Calls in flight per partition for an idempotent producer: the leader remembers the
 last five batches of a producer, so any unanswered one is recognised when retried."""
@@ -427,16 +432,18 @@ class Sender(threading.Thread):
             queue.unacked.clear()
 
     def run(self) -> None:
+        backoff = Backoff(*IDLE_MS)
         while True:
             try:
                 if self._turn():
                     return
+                backoff.reset()
             except Exception:  # the loop survives every error
                 logger.exception("producer sender loop failed; continuing")
                 if self._abort_error is not None:
                     self._fail_everything(self._abort_error)
                     return
-                time.sleep(IDLE_S)  # no hot loop if the failure repeats
+                time.sleep(backoff.next_s())  # no hot loop if the failure repeats
 
     def _turn(self) -> bool:
         """One turn of the loop; True when the thread should stop."""
@@ -852,14 +859,19 @@ class Sender(threading.Thread):
         return True
 
     def _expire(self, now: float) -> None:
+        """Abandon the calls unanswered past ``request_timeout_ms`` (their batches are
+        retried or failed; the controller hears of each silent leader, which may be
+        hung) and fail what waited past ``delivery_timeout_ms``."""
         config = self._config
         request_timeout_s = config.request_timeout_ms / 1000
+        silent: set[tuple[str, int]] = set()
         for future, batch in list(self._in_flight.items()):
             if now - batch.sent_at >= request_timeout_s:
                 # Abandoned: the call may still land; an idempotent retry is then a
                 # duplicate the leader answers with the original offsets.
                 del self._in_flight[future]
                 self._queues[(batch.topic, batch.partition)].in_flight -= 1
+                silent.add((batch.topic, batch.partition))
                 if self._acks == 0:
                     continue
                 error = RaystreamTimeoutError(
@@ -867,6 +879,8 @@ class Sender(threading.Thread):
                     f"within request_timeout_ms={config.request_timeout_ms}"
                 )
                 self._retry_or_fail(batch, error, now)
+        for topic, partition in silent:
+            self._topics.cluster.report_unresponsive_leader(topic, partition)
         delivery_timeout_s = config.delivery_timeout_ms / 1000
         for queue in self._queues.values():
             if queue.pending and now - queue.pending[0].created >= delivery_timeout_s:

@@ -13,6 +13,7 @@ compacted internal topics as Kafka Connect keeps them.
 
 from raystream.connectors.api import (
     Connector,
+    Delivery,
     SinkConnector,
     SinkRecord,
     SinkTask,
@@ -26,6 +27,7 @@ from raystream.connectors.workers import Workers
 
 __all__ = [
     "Connector",
+    "Delivery",
     "SinkConnector",
     "SinkRecord",
     "SinkTask",

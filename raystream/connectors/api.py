@@ -34,7 +34,10 @@ value: binary>), in partition order, offsets ascending within a partition.
 **The source batch** (:class:`SourceBatch`) carries a table with a ``value`` column and
 optionally ``key``, ``timestamp``, ``headers``, ``topic`` and ``partition`` columns (a
 missing ``topic`` column means the batch's ``topic``), and one source partition and
-the source offset reached after its last row: offsets are committed per batch.
+the source offset reached after its last row: offsets are committed per batch. Once a
+batch's rows are written the framework tells the task where they landed
+(``SourceTask.commit_batch`` with a :class:`Delivery`), as Kafka Connect calls
+``commitRecord`` per record.
 
 Nothing here imports Ray: connectors are plain classes, tested by calling them.
 """
@@ -92,6 +95,25 @@ class SourceBatch:
     source_offset: SourceKey
     topic: str
     table: pa.Table
+
+
+@dataclass
+class Delivery:
+    """Where the ``rows`` rows of a written batch landed: the offsets of its first and
+    last rows, once known (None: unknown, e.g. dropped by a transform or spread over
+    several partitions). ``last_offset`` stays None where the writer vouches that the
+    rows sit at consecutive offsets from ``first_offset`` (one producer writing one
+    partition in order)."""
+
+    rows: int
+    first_offset: int | None = None
+    last_offset: int | None = None
+
+    def consecutive(self) -> bool:
+        """Whether the rows are known (or vouched) to sit at consecutive offsets."""
+        return self.last_offset is None or self.last_offset - (self.first_offset or 0) == (
+            self.rows - 1
+        )
 
 
 @dataclass(frozen=True)
@@ -212,6 +234,17 @@ class SourceTask(Task):
 
     def commit_record(self, record: SourceRecord, metadata: Any) -> None:
         """Called per record once it is written (Kafka Connect's hook; rarely needed)."""
+
+    def commit_batch(self, batch: SourceBatch, delivery: Delivery) -> None:
+        """Called once the rows of a :class:`SourceBatch` that :meth:`poll` returned are
+        written (acknowledged; under exactly-once, their transaction committed), with
+        where they landed: the batch's twin of :meth:`commit_record`, as ``put_batch``
+        is ``put``'s. Batches are committed in the order they were polled, before the
+        :meth:`commit` that follows their offsets; a batch never written (its
+        transaction aborted, the task stopped first) gets no call, so a task that keeps
+        something per batch drops what it kept for earlier batches of the same source
+        partition when a later one commits. The framework logs what this raises and
+        goes on, as Kafka Connect does for ``commitRecord``."""
 
 
 class SinkTask(Task):

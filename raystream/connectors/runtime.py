@@ -5,20 +5,24 @@
 -> ``send_batch`` to the topics the rows name. Offsets: the latest source offset of
 each source partition of the poll is written to the offsets topic once the records are
 acknowledged (at least once: a task killed between the two writes its last batch
-again), then ``task.commit()``. With ``exactly.once.support=required`` (KIP-618) the
+again), then the task hears where a polled :class:`SourceBatch` landed
+(``task.commit_batch(batch, delivery)``, Kafka Connect's ``commitRecord`` for a batch)
+and ``task.commit()``. With ``exactly.once.support=required`` (KIP-618) the
 producer is transactional (``transactional.id`` ``<group>-<connector>-<task>``, so a
 restarted task fences its zombie and aborts what it left open) and the offsets are
 records of the same transaction as the data: a task killed anywhere resumes after
-exactly what committed. ``transaction.boundary`` is ``poll`` (a transaction per poll,
+exactly what committed; ``commit_batch`` then follows the transaction's commit (an
+aborted batch gets none). ``transaction.boundary`` is ``poll`` (a transaction per poll,
 the default), ``interval`` (every ``transaction.boundary.interval.ms``) or
 ``connector`` (the task calls ``context.transaction_context.commit_transaction()``).
+A :class:`RetriableConnectError` from ``poll`` is retried after a pause.
 
 **Sink** (:class:`SinkTaskRunner`): a member of the consumer group ``connect-<name>``
 subscribed to ``topics`` (or to the topics matching ``topics.regex``, checked again
 every few seconds), ``poll_arrow`` -> the sink batch (a typed topic's columns packed
 into a struct ``value``) -> key/value converters -> transforms -> ``put_batch``. A
 :class:`RetriableConnectError` from ``put_batch`` hands the same batch again after a
-backoff, the partitions paused meanwhile (the consumer stays in its group). Every
+pause, the partitions paused meanwhile (the consumer stays in its group). Every
 ``offset.flush.interval.ms`` (5 s here; Kafka's worker default is 60 s), on a
 rebalance and at stop: ``pre_commit`` (by default ``flush``) and a commit of what it
 returns. ``context.offset(...)`` rewinds partitions (a sink that stores offsets with its
@@ -50,6 +54,7 @@ import pyarrow.compute as pc
 
 from raystream.connectors import storage
 from raystream.connectors.api import (
+    Delivery,
     SinkTask,
     SourceBatch,
     SourceRecord,
@@ -70,7 +75,8 @@ from raystream.errors import (
     TopicAlreadyExistsError,
 )
 from raystream.records import HEADERS_TYPE
-from raystream.types import TopicPartition
+from raystream.retry import Backoff
+from raystream.types import RecordMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +86,6 @@ FAILED = "FAILED"
 UNASSIGNED = "UNASSIGNED"
 
 POLL_TIMEOUT_MS = 200
-RETRY_BACKOFF_S = 0.5
 OFFSET_FLUSH_INTERVAL_MS = 5_000
 REGEX_REFRESH_S = 5.0
 STOP_TIMEOUT_S = 30.0
@@ -349,6 +354,18 @@ def source_table(result: Sequence[SourceRecord] | SourceBatch) -> tuple[pa.Table
     return source_records_table(result), offsets
 
 
+def _delivery(polled: int, sends: Sequence[tuple[int, Sequence[RecordMetadata]]]) -> Delivery:
+    """Where a poll's ``polled`` rows landed, from its sends (``(rows, metadata)`` each):
+    the first row's offset when they all went out together in one send (the same
+    partition, in order: the producer vouches for consecutive offsets, as the mirror's
+    writer does), else unknown."""
+    sent = [(count, metadata) for count, metadata in sends if count]
+    if len(sent) != 1 or sent[0][0] != polled or not sent[0][1]:
+        return Delivery(polled)
+    first = sent[0][1][0].offset
+    return Delivery(polled, first if first >= 0 else None)
+
+
 def _to_topic_table(rows: pa.Table, typed: bool) -> pa.Table:
     """Rows in the layout ``send_batch`` takes for a byte or typed topic."""
     columns: dict[str, Any] = {}
@@ -399,7 +416,11 @@ class SourceTaskRunner(TaskRunner):
         self.in_txn = False
         self.txn_started = 0.0
         self.pending_offsets: dict[str, dict] = {}
+        #: Batches written since the last offsets commit, and where they landed.
+        self.delivered: list[tuple[SourceBatch, Delivery]] = []
         self.typed: dict[str, bool] = {}
+        self.backoff = Backoff()
+        self.task = task
         task.context = _SourceContext(_OffsetReader(committed), self.txn_context)
 
     def _typed(self, topic: str) -> bool:
@@ -419,21 +440,47 @@ class SourceTaskRunner(TaskRunner):
             logger.info(
                 "connect %s-%d poll: %s (retrying)", self.env.connector, self.env.task_id, error
             )
-            self._stop.wait(RETRY_BACKOFF_S)
+            self._stop.wait(self.backoff.next_s())
             return
+        self.backoff.reset()
         if result is None or (not isinstance(result, SourceBatch) and not result):
             self._maybe_commit(force=False)
             return
         rows, offsets = source_table(result)
-        self._write(rows)
+        delivery = self._write(rows)
+        if isinstance(result, SourceBatch):
+            self.delivered.append((result, delivery))
         self.pending_offsets.update(offsets)
         if not self.exactly_once:
             self._commit_offsets()
+            self._commit_batches()
             task.commit()
         else:
             self._maybe_commit(force=False, task=task)
 
-    def _write(self, rows: pa.Table) -> None:
+    def _commit_batches(self) -> None:
+        """Tell the task where the batches written since the last commit landed, in
+        the order it polled them (what it raises is logged, as Kafka Connect logs a
+        failing ``commitRecord``)."""
+        delivered, self.delivered = self.delivered, []
+        for batch, delivery in delivered:
+            try:
+                self.task.commit_batch(batch, delivery)
+            except Exception as error:
+                logger.warning(
+                    "connect %s-%d: commit_batch failed: %s",
+                    self.env.connector,
+                    self.env.task_id,
+                    error,
+                )
+
+    def _write(self, rows: pa.Table) -> Delivery:
+        """Transform, convert and send a poll's rows to the topics (and partitions) they
+        name; where they landed when all of them went to one partition in one send (the
+        offset of the first row; the rest follow it, as the producer writes a partition's
+        rows in order), else a :class:`Delivery` without offsets."""
+        polled = rows.num_rows
+        sends: list[tuple[int, list[RecordMetadata]]] = []
         rows = self.pipeline.transform(rows)
         failures = self.pipeline.take_failures()
         if failures:
@@ -447,7 +494,7 @@ class SourceTaskRunner(TaskRunner):
             self.producer.begin_transaction()
             self.in_txn, self.txn_started = True, time.monotonic()
         if rows.num_rows == 0:
-            return
+            return Delivery(polled)
         topics = rows.column("topic")
         for topic in pc.unique(topics).to_pylist():
             part = rows.filter(pc.equal(topics, topic)) if len(pc.unique(topics)) > 1 else rows
@@ -458,13 +505,19 @@ class SourceTaskRunner(TaskRunner):
             if partitions is not None and partitions.null_count < part.num_rows:
                 for p in pc.unique(partitions).to_pylist():
                     mask = pc.is_null(partitions) if p is None else pc.equal(partitions, p)
-                    self._send(topic, part.filter(mask), typed, p)
+                    sends.append(self._send(topic, part.filter(mask), typed, p))
             else:
-                self._send(topic, part, typed, None)
+                sends.append(self._send(topic, part, typed, None))
+        return _delivery(polled, sends)
 
-    def _send(self, topic: str, rows: pa.Table, typed: bool, partition: int | None) -> None:
-        if rows.num_rows:
-            self.producer.send_batch(topic, _to_topic_table(rows, typed), partition=partition)
+    def _send(
+        self, topic: str, rows: pa.Table, typed: bool, partition: int | None
+    ) -> tuple[int, list[RecordMetadata]]:
+        """Send ``rows``; how many, and the producer's metadata of each request."""
+        if not rows.num_rows:
+            return 0, []
+        table = _to_topic_table(rows, typed)
+        return rows.num_rows, self.producer.send_batch(topic, table, partition=partition)
 
     def _commit_offsets(self) -> None:
         """Write the pending offsets (non-transactional: after the records' acks)."""
@@ -483,7 +536,7 @@ class SourceTaskRunner(TaskRunner):
         if ctx.abort_requested:
             ctx.abort_requested = ctx.commit_requested = False
             self.producer.abort_transaction()
-            self.in_txn, self.pending_offsets = False, {}
+            self.in_txn, self.pending_offsets, self.delivered = False, {}, []
             return
         due = force or (
             self.boundary == "poll"
@@ -499,11 +552,13 @@ class SourceTaskRunner(TaskRunner):
         self._commit_offsets()  # in the transaction: offsets commit with the records
         self.producer.commit_transaction()
         self.in_txn = False
+        self._commit_batches()
         if task is not None:
             task.commit()
 
     def finish(self, task: Task, clean: bool) -> None:
         if not clean:
+            self.delivered = []
             if self.exactly_once and self.in_txn:
                 self.producer.abort_transaction()
                 self.in_txn = False
@@ -513,6 +568,7 @@ class SourceTaskRunner(TaskRunner):
         else:
             self._commit_offsets()
             self.producer.flush()
+            self._commit_batches()
 
     def close(self) -> None:
         producer = getattr(self, "producer", None)
@@ -660,6 +716,7 @@ class SinkTaskRunner(TaskRunner):
 
     def _put(self, task: SinkTask, batch: pa.Table) -> None:
         paused_here = False
+        backoff = Backoff()
         try:
             while True:
                 try:
@@ -677,7 +734,8 @@ class SinkTaskRunner(TaskRunner):
                     if not paused_here:
                         self.consumer.pause(*self.consumer.assignment())
                         paused_here = True
-                    self.consumer.poll_arrow(timeout_ms=RETRY_BACKOFF_S * 1000)  # stays a member
+                    # The pause is a poll of the paused consumer: it stays a member.
+                    self.consumer.poll_arrow(timeout_ms=backoff.next_s() * 1000)
         finally:
             if paused_here and not self._paused.is_set():
                 self.consumer.resume(*self.consumer.assignment())

@@ -9,10 +9,16 @@ the controller is told:
   counts as down within milliseconds (a ping found it after 0.2-0.7 s);
 - **hangs** by the replicas' peers: a follower whose long-polling fetch the leader
   leaves unanswered past its wait, and a leader whose follower stops fetching, report
-  that replica as a *suspect*; the controller then probes just that replica, and one
-  that does not answer its probe counts as hung (down) until a later probe answers.
-  A partition without followers has no peer to notice a hang, and needs none: there
-  is no other replica to elect.
+  that replica as a *suspect*; so do the partition's clients (a producer whose request
+  the leader leaves unanswered past ``request_timeout_ms``, an admin's
+  ``describe_topic`` that the leader does not answer in time), which are the only
+  peers a leader without followers has. The controller then probes just that replica,
+  and one that does not answer its probe counts as hung (down) until a later probe
+  answers: a partition it led passes to another in-sync replica, or, with none (a
+  single replica), goes offline, as Kafka fences a broker whose session expired.
+  A replica hung for :data:`HUNG_RESTART_S` whose partition is offline for want of it
+  is restarted (:meth:`Liveness.hung_for`): no other replica can serve the partition,
+  and a process stuck that long is not coming back by itself.
 
 Both end in the same question a monitor pass asks: which replicas are down now. A
 crash is latched until the next pass reads it, even if Ray restarted the replica in
@@ -30,6 +36,9 @@ Example:
     []
     >>> sorted(health.take_recovered({"a1", "a2"}))  # to be woken by a first call
     ['a1']
+    >>> health.suspect("r"); health.probed("r", answered=False, now_s=100.0)
+    >>> health.hung_for(9.0, now_s=108.0), health.hung_for(9.0, now_s=109.0)
+    (set(), {'r'})
 
 Thread-safety: every method may be called from any thread.
 """
@@ -41,6 +50,10 @@ from collections.abc import Hashable, Iterable
 
 DOWN_STATES = frozenset({"RESTARTING", "DEAD"})
 """Ray's actor states of a crashed actor (being restarted, or gone for good)."""
+HUNG_RESTART_S = 9.0
+"""How long a replica may stay hung, its partition offline for want of it, before it is
+restarted: Kafka's ``broker.session.timeout.ms`` (9 s), the time Kafka gives a silent
+broker before fencing it."""
 
 
 class Liveness:
@@ -52,7 +65,7 @@ class Liveness:
         self._crashed: set[str] = set()  # went down since the last take_down
         self._recovered: set[str] = set()  # back up since the last take_recovered
         self._suspects: set[Hashable] = set()
-        self._hung: set[Hashable] = set()
+        self._hung: dict[Hashable, float] = {}  # hung replica -> since when (s)
 
     def on_state(self, actor_id: str, state: str) -> bool:
         """Record Ray's new ``state`` of an actor; whether a monitor pass should run."""
@@ -97,25 +110,31 @@ class Liveness:
     def to_probe(self) -> set[Hashable]:
         """Replicas to probe: suspects, and hung ones (to notice that they are back)."""
         with self._lock:
-            return self._suspects | self._hung
+            return self._suspects | set(self._hung)
 
-    def probed(self, key: Hashable, answered: bool) -> None:
-        """Record a probe's outcome: unanswered makes the replica hung, answered clears it."""
+    def probed(self, key: Hashable, answered: bool, now_s: float) -> None:
+        """Record a probe's outcome at ``now_s`` (any monotonic clock): unanswered
+        makes the replica hung (since then, if it was not already), answered clears it."""
         with self._lock:
             self._suspects.discard(key)
             if answered:
-                self._hung.discard(key)
+                self._hung.pop(key, None)
             else:
-                self._hung.add(key)
+                self._hung.setdefault(key, now_s)
 
     def hung(self) -> set[Hashable]:
         """Replicas that left their last probe unanswered."""
         with self._lock:
             return set(self._hung)
 
+    def hung_for(self, at_least_s: float, now_s: float) -> set[Hashable]:
+        """Replicas that have left every probe unanswered for ``at_least_s`` or more."""
+        with self._lock:
+            return {key for key, since in self._hung.items() if now_s - since >= at_least_s}
+
     def forget(self, keys: Iterable[Hashable]) -> None:
         """Drop suspects and hung replicas among ``keys`` (replicas removed or replaced)."""
         with self._lock:
             for key in keys:
                 self._suspects.discard(key)
-                self._hung.discard(key)
+                self._hung.pop(key, None)

@@ -6,7 +6,8 @@ leader): it fetches ``[start, end)`` from the partition's leader in chunks of
 ``FETCH_MAX_BYTES``, keeping the next fetch in flight while the caller converts the
 last one, and hands back tables of about ``block_bytes`` in the topic's stored layout
 (key, value, timestamp, headers, offset). Retriable errors (leadership moved, a replica
-restarting) refresh the topic's metadata and retry from the same offset until
+restarting) refresh the topic's metadata and retry from the same offset, after pauses
+that grow while the fetch keeps failing (:class:`~raystream.retry.Backoff`), until
 ``request_timeout_s`` has passed.
 
 A fetch never returns offsets at or past the high watermark, and ``end`` is at most the
@@ -30,6 +31,7 @@ import pyarrow as pa
 from raystream.data.offsets import PartitionRange
 from raystream.errors import LeaderNotAvailableError, RaystreamError, RaystreamTimeoutError
 from raystream.requests import FetchRequest
+from raystream.retry import Backoff
 from raystream.transport import wait_result
 
 FETCH_MAX_BYTES = 8 << 20
@@ -38,7 +40,6 @@ BLOCK_BYTES = 32 << 20
 """About how many bytes of records one block holds: large enough that per-block costs
 (a Ray object, a Spark task) do not matter, small enough for a 1 GiB Spark executor."""
 REQUEST_TIMEOUT_S = 60.0
-RETRY_BACKOFF_S = 0.1
 
 
 def read_range(
@@ -120,6 +121,7 @@ class _Fetch:
         examined up to (see :meth:`FetchResponse.decode`), retrying the fetch if needed."""
         deadline = time.monotonic() + self.timeout_s
         name = f"{self.part.topic}-{self.part.partition}"
+        backoff = Backoff()
         while True:
             try:
                 if ref is None:
@@ -137,6 +139,6 @@ class _Fetch:
                     f"fetch of {name} at offset {offset} did not succeed within "
                     f"{self.timeout_s} s; last error: {error}"
                 )
-            time.sleep(RETRY_BACKOFF_S)
+            time.sleep(min(backoff.next_s(), max(deadline - time.monotonic(), 0.0)))
             self.cluster.topic_metadata(self.part.topic, refresh=True)
             ref = self.send(offset)

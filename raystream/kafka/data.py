@@ -14,8 +14,10 @@ sequence and transactional flag forwarded, so such a Kafka producer gets the rep
 per-batch sequence checks exactly as raystream's own producer does. Batches without a
 producer id waiting for the same partition are coalesced into one request (see
 :class:`_ProduceQueue`: the only state here, batches on their way, one queue per
-partition). ``acks=0`` gets no answer (the append is still awaited, so that requests
-of a connection land in order). Record batches are translated both ways by
+partition with batches waiting or calls out; an idle queue is dropped, so a listener
+holds none for the partitions nobody is producing to, deleted ones included).
+``acks=0`` gets no answer (the append is still awaited, so that requests of a
+connection land in order). Record batches are translated both ways by
 :mod:`raystream.kafka.records`.
 
 Fetch. Each partition is one :class:`~raystream.requests.FetchRequest`. The replica
@@ -275,6 +277,13 @@ class _ProduceQueue:
     a quiet spell leaves at once; under load the batches grow with the wait, so the
     cost per record falls as the rate rises (Nagle's rule, for appends).
 
+    A queue lives while it has batches waiting or calls out: the moment it has neither
+    it leaves :data:`_QUEUES` (:meth:`_retire`), and the partition's next batch makes a
+    new one. No race: the listener is one event loop, and both the lookup-and-put of
+    a new batch and the retirement run without an ``await`` in between, so a batch
+    never joins a queue that is gone; and a retired queue has nothing in flight that a
+    new one's calls could overtake.
+
     Each request is answered on its own: the run's base offset plus the records
     queued before it in the run (a run is appended contiguously). Idempotent and
     transactional batches are never merged (each keeps its producer id, epoch and
@@ -309,9 +318,25 @@ class _ProduceQueue:
                         _settle(item.future, error)
                     continue
                 self.in_flight.add(answered)
-                answered.add_done_callback(self.in_flight.discard)
+                answered.add_done_callback(self._answered)
         finally:
             self.flusher = None
+            self._retire()
+
+    def _answered(self, answered: asyncio.Future) -> None:
+        self.in_flight.discard(answered)
+        self._retire()
+
+    def _retire(self) -> None:
+        """Leave :data:`_QUEUES` if idle: nothing waiting, no flusher, no call out."""
+        if self.waiting or self.flusher is not None or self.in_flight:
+            return
+        queues = _QUEUES.get(self.backend)
+        if queues is None or queues.get((self.topic, self.partition)) is not self:
+            return
+        del queues[(self.topic, self.partition)]
+        if not queues:
+            del _QUEUES[self.backend]
 
     async def _forward(self, items: list[_Waiting]) -> asyncio.Future:
         """Send ``items`` (as few requests as they coalesce into), in order; the task
@@ -416,7 +441,14 @@ class _ProduceQueue:
 _QUEUES: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _ProduceQueue]] = (
     weakref.WeakKeyDictionary()
 )
-"""Every backend's (listener's) produce queues, by topic and partition."""
+"""Every backend's (listener's) produce queues, by topic and partition: only those with
+batches waiting or calls out (see :meth:`_ProduceQueue._retire`)."""
+
+
+def produce_queues(backend: Any) -> int:
+    """How many partitions ``backend`` (a listener's) has produce batches on their way
+    to right now."""
+    return len(_QUEUES.get(backend, ()))
 
 
 async def _answer(owners: list[list[_Waiting]], sent: list[Awaitable[Any]]) -> None:

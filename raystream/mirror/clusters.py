@@ -22,11 +22,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from raystream.connectors.api import Delivery
 from raystream.errors import (
     ConnectError,
     GroupIdNotFoundError,
@@ -187,23 +187,6 @@ class Reader:
 
     def close(self) -> None:
         raise NotImplementedError
-
-
-@dataclass
-class Delivery:
-    """Where a batch of ``rows`` rows landed: the offsets of its first and last rows,
-    known once the writer's :meth:`Writer.settle` returned (``last_offset`` stays None
-    where the writer vouches that a batch's rows land at consecutive offsets)."""
-
-    rows: int
-    first_offset: int | None = None
-    last_offset: int | None = None
-
-    def consecutive(self) -> bool:
-        """Whether the rows are known (or vouched) to sit at consecutive offsets."""
-        return self.last_offset is None or self.last_offset - (self.first_offset or 0) == (
-            self.rows - 1
-        )
 
 
 class Writer:

@@ -35,10 +35,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from raystream.connectors.api import (
+    Delivery,
     SourceBatch,
     SourceConnector,
     SourceRecord,
@@ -46,9 +48,10 @@ from raystream.connectors.api import (
     partition_runs,
 )
 from raystream.errors import ConnectError, InvalidConfigError, RaystreamError
-from raystream.mirror.clusters import Delivery, SourceCluster, TargetCluster, open_cluster
+from raystream.mirror.clusters import SourceCluster, TargetCluster, open_cluster
 from raystream.mirror.config import FlowSettings
 from raystream.mirror.offsets import Checkpoint, Heartbeat, OffsetSync, OffsetSyncStore
+from raystream.retry import Backoff
 from raystream.types import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -62,6 +65,11 @@ GATHER_S = 0.05
 READ_AHEAD = 4
 #: Rows of queued reads one round of writes takes at most.
 ROUND_ROWS = 200_000
+#: Batches of a source partition polled and not yet committed that a task remembers
+#: the upstream offsets of (for the offset syncs): a framework commits them in order,
+#: so a handful at most are ever waiting; past this many the oldest are forgotten
+#: (their syncs are skipped: translation is then coarser, never wrong).
+MAX_UNCOMMITTED_BATCHES = 64
 INTERNAL_CONFIG = {"cleanup.policy": "compact"}
 
 
@@ -279,9 +287,12 @@ class MirrorSourceTask(SourceTask):
         self._lock = threading.Lock()
         self._ends_lock = threading.Lock()
         self._sync_writer: Any = None
-        self._upstream: dict[int, Any] = {}  # id(batch) -> its rows' source offsets
+        # Per source partition, the batches polled and not yet committed, in poll
+        # order: id(batch) -> its rows' source offsets.
+        self._upstream: dict[TopicPartition, dict[int, np.ndarray]] = {}
         self._ahead: queue.Queue[pa.Table | Exception] = queue.Queue(maxsize=READ_AHEAD)
         self._reading = threading.Event()
+        self._halted = threading.Event()  # set by stop(): ends the read-ahead's pauses
         self._reader_thread: threading.Thread | None = None
         self._failed: Exception | None = None  # a read's error, raised by the next poll
 
@@ -364,13 +375,17 @@ class MirrorSourceTask(SourceTask):
         the target, the next ones (up to ``READ_AHEAD``) are fetched from the source, so
         a busy flow's time is the slower of reading and writing, not their sum. A read
         that fails is raised by the next :meth:`poll` (the reads go on after it, from
-        where the reader stands, as a direct read would be tried again)."""
+        where the reader stands, as a direct read would be tried again), after a pause
+        that grows while the reads keep failing (:class:`~raystream.retry.Backoff`)."""
+        backoff = Backoff()
         while self._reading.is_set():
             try:
                 table = self._read()
             except Exception as error:  # handed to poll(), which raises it
                 self._hand_over(error)
+                self._halted.wait(backoff.next_s())
                 continue
+            backoff.reset()
             if table is not None:
                 self._hand_over(table)
 
@@ -421,7 +436,10 @@ class MirrorSourceTask(SourceTask):
                 topic=self.policy.format_remote_topic(self.alias, tp.topic),
                 table=data,
             )
-            self._upstream[id(batch)] = upstream
+            waiting = self._upstream.setdefault(tp, {})
+            waiting[id(batch)] = upstream
+            while len(waiting) > MAX_UNCOMMITTED_BATCHES:  # a framework that never commits
+                del waiting[next(iter(waiting))]
             batches.append(batch)
             self.positions[tp] = last + 1
         return batches
@@ -437,12 +455,15 @@ class MirrorSourceTask(SourceTask):
         between): a sync goes when it is the partition's first, when the source skipped
         offsets (compaction, transaction markers), or ``offset.lag.max`` records after
         the last one; the last row is kept pending for :meth:`commit` otherwise.
+
+        The partition's batches polled before this one and not committed never will be
+        (an aborted transaction, a rewound task): they are forgotten here.
         """
-        upstream = self._upstream.pop(id(batch), None)
-        if delivery.first_offset is None or upstream is None or not len(upstream):
-            return
         sp = batch.source_partition
         tp = TopicPartition(sp["topic"], sp["partition"])
+        upstream = self._forget_through(tp, id(batch))
+        if delivery.first_offset is None or upstream is None or not len(upstream):
+            return
         first = delivery.first_offset
         lag_max = max(self.flow.offset_lag_max, 1)
         rows = len(upstream)
@@ -464,6 +485,24 @@ class MirrorSourceTask(SourceTask):
         self._sync_writer.send_many(
             self.syncs_topic, 0, [(key, OffsetSync(tp, u, d).value()) for u, d in due]
         )
+
+    def _forget_through(self, tp: TopicPartition, key: int) -> np.ndarray | None:
+        """Drop the remembered batches of ``tp`` up to the one ``key`` names (none if it
+        is not among them); its upstream offsets, or None."""
+        waiting = self._upstream.get(tp)
+        if not waiting or key not in waiting:
+            return None
+        for older in list(waiting):
+            upstream = waiting.pop(older)
+            if older == key:
+                break
+        if not waiting:
+            del self._upstream[tp]
+        return upstream
+
+    def uncommitted_batches(self) -> int:
+        """Batches polled whose :meth:`commit_batch` has not come (yet)."""
+        return sum(len(waiting) for waiting in self._upstream.values())
 
     def commit(self) -> None:
         """Send the syncs held back (MM2's ``firePendingOffsetSyncs``): the latest
@@ -497,6 +536,7 @@ class MirrorSourceTask(SourceTask):
 
     def stop(self) -> None:
         self._reading.clear()
+        self._halted.set()
         if self._reader_thread is not None:
             self._reader_thread.join(timeout=10)
         for close in (

@@ -47,11 +47,11 @@ from raystream.mirror.connectors import (
     MirrorSourceTask,
     check_batch_partition,
 )
+from raystream.retry import Backoff
 
 logger = logging.getLogger(__name__)
 
 OFFSET_FLUSH_S = 1.0
-RETRY_BACKOFF_S = 0.5
 RUNNING, FAILED, STOPPED = "RUNNING", "FAILED", "STOPPED"
 
 
@@ -179,7 +179,8 @@ class FlowRunner:
             self.source_task = task
 
     def run(self) -> None:
-        """Mirror until :meth:`stop`; errors are logged and retried (the control loop
+        """Mirror until :meth:`stop`; errors are logged and retried after a pause that
+        grows while they repeat (:class:`~raystream.retry.Backoff`; the control loop
         survives), except a connector's ``raise_error`` and a fenced producer (another
         instance of the flow took its transactional id), which fail the flow. The
         checkpoint and heartbeat tasks run on threads of their own: their polls wait
@@ -191,6 +192,7 @@ class FlowRunner:
         for thread in aux:
             thread.start()
         next_flush = time.monotonic() + OFFSET_FLUSH_S
+        backoff = Backoff()
         while not self.stopping.is_set() and self.state == RUNNING:
             try:
                 if self.reconfigure.is_set():
@@ -202,28 +204,32 @@ class FlowRunner:
                     assert self.source_task is not None
                     self.writer.flush()
                     self.source_task.commit()
+                backoff.reset()
             except ProducerFencedError as error:  # a newer instance of the flow writes now
                 self.fail(error)
             except RaystreamError as error:
                 logger.warning("mirror %s: %s; retrying", self.flow.name, error)
                 self.error = f"{type(error).__name__}: {error}"
                 self._abort()
-                self.stopping.wait(RETRY_BACKOFF_S)
+                self.stopping.wait(backoff.next_s())
             except Exception as error:  # a bug or a broken source client: fail visibly
                 self.fail(error)
         for thread in aux:
             thread.join(timeout=10)
 
     def _run_aux(self, task: SourceTask) -> None:
-        """A checkpoint or heartbeat task's loop: poll, write what it returns."""
+        """A checkpoint or heartbeat task's loop: poll, write what it returns (failures
+        retried after a growing pause)."""
+        backoff = Backoff()
         while not self.stopping.is_set() and self.state == RUNNING:
             try:
                 records = task.poll()
                 if records:
                     self._write_records(records)
+                backoff.reset()
             except RaystreamError as error:
                 logger.warning("mirror %s: %s: %s", self.flow.name, type(task).__name__, error)
-                self.stopping.wait(RETRY_BACKOFF_S)
+                self.stopping.wait(backoff.next_s())
             except Exception as error:
                 self.fail(error)
 

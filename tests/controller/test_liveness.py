@@ -36,20 +36,38 @@ def test_a_suspect_is_probed_once_and_hung_until_it_answers() -> None:
     health = Liveness()
     health.suspect(("t", 0, 1))
     assert health.to_probe() == {("t", 0, 1)}
-    health.probed(("t", 0, 1), answered=True)  # busy, not hung
+    health.probed(("t", 0, 1), answered=True, now_s=1.0)  # busy, not hung
     assert health.to_probe() == set() and health.hung() == set()
     health.suspect(("t", 0, 1))
-    health.probed(("t", 0, 1), answered=False)
+    health.probed(("t", 0, 1), answered=False, now_s=2.0)
     assert health.hung() == {("t", 0, 1)}
     assert health.to_probe() == {("t", 0, 1)}  # probed again until it answers
-    health.probed(("t", 0, 1), answered=True)
+    health.probed(("t", 0, 1), answered=True, now_s=3.0)
     assert health.hung() == set()
+
+
+def test_a_replica_is_hung_for_as_long_as_every_probe_goes_unanswered() -> None:
+    """The hang counts from the first unanswered probe; later unanswered probes do not
+    restart the count, and an answer ends it (a later hang counts afresh)."""
+    health = Liveness()
+    key = ("t", 0, 0)
+    health.suspect(key)
+    health.probed(key, answered=False, now_s=10.0)
+    health.probed(key, answered=False, now_s=15.0)
+    assert health.hung_for(9.0, now_s=18.9) == set()
+    assert health.hung_for(9.0, now_s=19.0) == {key}
+    health.probed(key, answered=True, now_s=19.5)
+    health.probed(key, answered=False, now_s=20.0)
+    assert health.hung_for(9.0, now_s=28.0) == set()
+    assert health.hung_for(9.0, now_s=29.0) == {key}
+    health.forget([key])
+    assert health.hung_for(0.0, now_s=100.0) == set()
 
 
 def test_a_removed_replica_is_forgotten() -> None:
     health = Liveness()
     health.suspect(("t", 0, 1))
-    health.probed(("t", 0, 2), answered=False)
+    health.probed(("t", 0, 2), answered=False, now_s=1.0)
     health.forget([("t", 0, 1), ("t", 0, 2)])
     assert health.to_probe() == set() and health.hung() == set()
 

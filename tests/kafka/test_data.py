@@ -645,3 +645,70 @@ def test_pipelined_produce_requests_are_coalesced_and_answered_each_in_order(
         position += 12 + struct.unpack_from(">i", records, position + 8)[0]
         batches += 1
     assert batches < 58  # coalesced: fewer stored batches than accepted requests
+
+
+def _produce_queues(cluster: Any) -> int:
+    """How many partitions the cluster's Kafka listener has produce batches out for."""
+    import ray
+
+    from raystream.kafka.listeners import listener_actor_name
+
+    (entry,) = cluster.call("kafka_listeners")
+    actor = ray.get_actor(listener_actor_name(entry["node"]), namespace=cluster.namespace)
+    return ray.get(actor.describe.remote(), timeout=30)["produce_queues"]
+
+
+def test_a_partitions_produce_queue_lives_while_batches_are_out_and_comes_back_on_demand(
+    kafka_cluster: Any,
+    bootstrap: str,
+    kafka_topic: Callable[..., str],
+    chaos: Any,
+    wait_until: Callable[..., Any],
+) -> None:
+    """The listener keeps a produce queue per partition only while batches are on their
+    way: after a burst over many partitions none is left; one whose leader holds a batch
+    (a stopped process) stays until the answer comes; producing again to every
+    partition works, each record stored once, in order."""
+    import os
+    import signal
+
+    import ray
+    from confluent_kafka import Producer
+
+    partitions = 8
+    topic = kafka_topic(partitions=partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    failures: list[Any] = []
+
+    def produce(value: bytes, partition: int) -> None:
+        producer.produce(
+            topic, value, partition=partition, on_delivery=lambda e, _m: e and failures.append(e)
+        )
+
+    for i in range(10):
+        for p in range(partitions):
+            produce(b"burst-%d" % i, p)
+    assert producer.flush(60) == 0 and not failures
+    wait_until(lambda: _produce_queues(kafka_cluster) == 0, 10, "every produce queue dropped")
+
+    leader = kafka_cluster.admin().describe_topic(topic).partitions[3].leader
+    handle = ray.get_actor(f"replica:{topic}:3:{leader}", namespace=kafka_cluster.namespace)
+    pid = chaos.actor_info(handle)["Pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        produce(b"held", 3)
+        producer.poll(0)
+        wait_until(lambda: _produce_queues(kafka_cluster) == 1, 30, "partition 3's queue held")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert producer.flush(60) == 0 and not failures
+    wait_until(lambda: _produce_queues(kafka_cluster) == 0, 10, "the held queue dropped")
+
+    for p in range(partitions):
+        produce(b"again", p)
+    assert producer.flush(60) == 0 and not failures
+    got = _confluent_consume(bootstrap, topic, partitions, 10 * partitions + 1 + partitions)
+    for p in range(partitions):
+        values = [r[3] for r in got if r[0] == p]
+        burst = [b"burst-%d" % i for i in range(10)]
+        assert values == burst + ([b"held"] if p == 3 else []) + [b"again"], p
