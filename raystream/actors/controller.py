@@ -121,11 +121,14 @@ FULL_PASS_S = 10.0
 net that costs no call to any replica."""
 PING_TIMEOUT_S = 1.0
 """How long a probed suspect has to answer before it counts as hung."""
-DESCRIBE_WAIT_S = 1.0
+DESCRIBE_WAIT_S = 3.0
 """How long ``describe_topic`` waits for the partitions' leaders to report their offsets
 (all asked at once). The description itself is the controller's metadata, as Kafka's
 DescribeTopics answers from metadata without asking the leaders; a leader that has not
-answered by then is described with offsets -1 (unknown) and probed as a suspect."""
+answered by then is described with offsets -1 (unknown) and probed as a suspect. A dead
+leader's answer fails at once; the wait is for a live one, and it is long enough that a
+replica merely slowed by a busy machine is not made a suspect (a suspect of a single
+replica partition that misses its probe takes the partition offline)."""
 
 
 def _ping_failed(ref: Any) -> bool:

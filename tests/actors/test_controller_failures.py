@@ -19,8 +19,8 @@ import ray
 from raystream.actors import CONTROLLER_NAME
 from raystream.types import TopicPartition
 
-DESCRIBE_BOUND_S = 4.0
-"""describe_topic's wait for leaders is 1 s in all; the rest is slack for a loaded
+DESCRIBE_BOUND_S = 6.0
+"""describe_topic's wait for leaders is 3 s in all; the rest is slack for a loaded
 machine. Before, each partition's leader had 10 s of its own."""
 
 
