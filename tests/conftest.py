@@ -119,6 +119,83 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(PackageTeardown(), "raystream-package-teardown")
 
 
+# ------------------------------------------------------------------ two workers (xdist)
+
+SHARED_DIRECTORIES = ("tests/connectors", "tests/kafka", "tests/replication", "tests/spark")
+"""Directories whose tests share package-scoped fixtures (PostgreSQL, the Kafka
+listener's cluster, the multi-node Ray, Spark's JVMs): one worker runs each whole, so
+each fixture starts once."""
+
+SPLIT_MODULES = ("tests/examples/test_examples.py",)
+"""Modules whose tests share nothing (each example is a process of its own): each test
+is a unit of its own, so both workers take some."""
+
+SCOPE_SECONDS = {
+    "tests/replication": 250,
+    "tests/kafka": 250,
+    "tests/spark": 210,
+    "tests/security/test_secure_listeners.py": 150,
+    "tests/streams/test_runtime.py": 140,
+    "tests/actors/test_controller_admin.py": 95,
+    "tests/groups/test_consumer_groups.py": 90,
+    "tests/mirror/test_mirror_into_kafka.py": 75,
+    "tests/security/test_listener_auth.py": 72,
+    "tests/examples/test_examples.py::test_spark_analytics_writes_window_totals": 73,
+    "tests/connectors": 70,
+    "tests/examples/test_examples.py::test_consumer_group_actors_count_every_click_once": 66,
+    "tests/cli/test_demo.py": 62,
+    "tests/cli/test_cli.py": 60,
+    "tests/client/test_producer.py": 58,
+    "tests/mirror/test_mirror_raystream.py": 56,
+    "tests/groups/test_consumer_group_actors.py": 56,
+    "tests/examples/test_examples.py::test_streams_revenue_matches_the_batch_answer": 53,
+    "tests/examples/test_examples.py::test_ml_pipeline_scores_every_transaction": 47,
+    "tests/data/test_data_io.py": 45,
+    "tests/security/test_direct_tls.py": 43,
+    "tests/log/test_log_properties.py": 40,
+}
+"""Seconds each of the longest units took in a one-process run of the suite (its
+``--durations``): the scheduler hands them out longest first, so neither worker is
+left with a long unit at the end while the other idles. A unit missing here counts as
+short and goes in collection order after these; a stale figure costs balance, never
+correctness."""
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its directory (:data:`SHARED_DIRECTORIES`),
+    itself (:data:`SPLIT_MODULES`) or its module."""
+    module = nodeid.split("::", 1)[0]
+    directory = module.rsplit("/", 1)[0]
+    if directory in SHARED_DIRECTORIES:
+        return directory
+    if module in SPLIT_MODULES:
+        return nodeid.split("[", 1)[0]
+    return module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n``, hand out whole units (:func:`unit_of`), longest first
+    (:data:`SCOPE_SECONDS`).
+
+    xdist's own ``loadscope`` hands out modules, largest first by test count: a
+    directory's package fixtures would start once per worker that gets one of its
+    modules, and a module of many quick tests would go before one of a few long ones.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            longest = max(self.workqueue, key=lambda unit: SCOPE_SECONDS.get(unit, 0))
+            self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return UnitScheduling(config, log)
+
+
 def ensure_local_ray() -> None:
     """Start the session's local Ray unless one is running in this process."""
     import ray
