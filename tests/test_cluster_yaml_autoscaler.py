@@ -1,6 +1,12 @@
 """cluster.yaml's worker types launched by Ray's autoscaler, on a fake multi-node
-provider in a Ray of this test's own (a module of its own: tests that stop the
-session's Ray are scheduled after all the others, see tests/conftest.py)."""
+provider in a Ray of this test's own.
+
+That Ray runs in a child process (this file run as a script): the test's process keeps
+the session's Ray, and no ``ray.shutdown()`` ever runs beside the threads earlier tests
+left in it (a shutdown racing a thread that calls Ray can crash the process). The child
+starts the head node, asks for resources, reports what it saw as JSON and stops every
+process it started; the test checks the report and that nothing was left behind.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
@@ -138,19 +146,11 @@ def _kill(procs: list[psutil.Process]) -> None:
     psutil.wait_procs(procs, timeout=15)
 
 
-@pytest.mark.slow
-@pytest.mark.own_ray
-@pytest.mark.timeout(240)
-def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
-    """Start a Ray cluster of our own with Ray's fake multi-node provider.
-
-    The head node runs in this process's process tree (GCS, raylet and the
-    autoscaler monitor, all on 127.0.0.1 and a free port). Its autoscaling
-    config is cluster.yaml's node types with resources scaled down to one CPU
-    per node. Asking the autoscaler for one `raystream_node` more than the
-    head has must make it launch a node of the worker type. The cluster is
-    shut down at the end and every process it started is killed by pid.
-    """
+def launch_and_report(config_path: str, tmp: str, port: int) -> dict[str, Any]:
+    """In the child: start the fake cluster's head node (GCS, raylet, the autoscaler
+    monitor) on 127.0.0.1, ask the autoscaler for two ``raystream_node`` bundles (one
+    more than the head has), wait for the worker node and report what Ray shows; then
+    stop every process started, the autoscaler first."""
     import ray
     from ray._private import ray_constants
     from ray._private.node import Node
@@ -158,35 +158,17 @@ def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
     from ray.autoscaler.sdk import request_resources
     from ray.experimental.internal_kv import _internal_kv_get
 
-    # This test needs a Ray of its own: stop the session's (the next test that needs
-    # that one starts it again, see conftest.local_ray).
-    if ray.is_initialized():
-        ray.shutdown()
-    # Read by the autoscaler monitor process and the fake nodes it starts.
-    monkeypatch.setenv("RAY_FAKE_CLUSTER", "1")
-    monkeypatch.setenv("AUTOSCALER_UPDATE_INTERVAL_S", "1")
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    # Make Ray resolve "this node's IP" to 127.0.0.1 rather than the address
-    # of the default route, so that everything stays on loopback: the env var
-    # for the processes the monitor starts (the fake worker nodes), the
-    # attribute for this process (the driver), where it was read at import.
-    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-
-    port = _free_loopback_port()
-    gcs_address = f"127.0.0.1:{port}"
-    config = fake_multinode_config(gcs_address)
+    # Ray resolves "this node's IP" to 127.0.0.1, not the default route's address (the
+    # environment variable, set by the parent, is for the processes the monitor starts).
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
     head_resources = dict(config["available_node_types"][FAKE_HEAD_NODE_TYPE]["resources"])
     (worker_type,) = worker_types(config)
-
-    # Short path: Ray's unix socket paths live under the temp dir.
-    tmp = tempfile.mkdtemp(prefix="rsfake-", dir="/tmp")
-    config_path = os.path.join(tmp, "autoscaling.yaml")
-    with open(config_path, "w") as f:
-        yaml.safe_dump(config, f)
-
+    gcs_address = f"127.0.0.1:{port}"
     before = {p.pid for p in _descendants()}
     started: dict[int, psutil.Process] = {}
+    result: dict[str, Any] = {"worker_type": worker_type}
     node = None
     t0 = time.monotonic()
     try:
@@ -206,7 +188,7 @@ def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
             env_vars={"RAY_OVERRIDE_NODE_ID_FOR_TESTING": FAKE_HEAD_NODE_ID},
         )
         node = Node(params, head=True, shutdown_at_exit=False, spawn_reaper=False)
-        assert node.gcs_address == gcs_address
+        result["gcs_address"] = node.gcs_address
         ray.init(address=gcs_address, log_to_driver=False)
 
         request_resources(bundles=[{CUSTOM_RESOURCE: 1}] * 2)
@@ -220,32 +202,23 @@ def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
             workers = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] != FAKE_HEAD_NODE_ID]
             if workers and report.get("active_nodes", {}).get(worker_type):
                 break
-            time.sleep(0.5)
-        else:
-            pytest.fail(
-                f"no {worker_type} node within {LAUNCH_TIMEOUT_S:.0f}s; "
-                f"autoscaler report: {report}, worker nodes: {workers}"
-            )
-        launch_s = time.monotonic() - t0
-
-        assert report["active_nodes"] == {FAKE_HEAD_NODE_TYPE: 1, worker_type: 1}
-        (worker,) = workers
-        assert report["node_type_mapping"][worker["NodeID"]] == worker_type
-        assert worker["Resources"][CUSTOM_RESOURCE] == 1
-        assert worker["Resources"]["CPU"] == 1
-        assert worker["NodeManagerAddress"] == "127.0.0.1"
-        assert ray.cluster_resources()[CUSTOM_RESOURCE] == 2
-
+            time.sleep(0.5)  # the autoscaler's own status is polled: it has no event
+        result.update(
+            launch_s=time.monotonic() - t0,
+            report=report,
+            workers=[
+                {k: w[k] for k in ("NodeID", "Resources", "NodeManagerAddress")} for w in workers
+            ],
+            cluster_resources=ray.cluster_resources(),
+        )
         for proc in _descendants():
             if proc.pid not in before:
                 started[proc.pid] = proc
-        not_loopback = [
+        result["not_loopback"] = [
             entry
             for entry in _listening_addresses(list(started.values()))
             if not _is_loopback(entry[2])
         ]
-        assert not not_loopback, f"listening beyond loopback: {not_loopback}"
-        print(f"fake {worker_type} node up {launch_s:.1f}s after start")
     finally:
         with contextlib.suppress(Exception):
             if ray.is_initialized():
@@ -262,9 +235,69 @@ def test_fake_multinode_autoscaler_launches_worker_type(monkeypatch):
             _kill([started[i.process.pid] for i in monitor if i.process.pid in started])
             node.kill_all_processes(check_alive=False, allow_graceful=False)
         _kill(list(started.values()))
-        # Anything left that runs out of our temp dir was started by this test.
+    return result
+
+
+@pytest.mark.slow
+def test_fake_multinode_autoscaler_launches_worker_type() -> None:
+    """Start a Ray cluster of our own with Ray's fake multi-node provider.
+
+    The head node runs in a child process's tree (GCS, raylet and the autoscaler
+    monitor, all on 127.0.0.1 and a free port). Its autoscaling config is
+    cluster.yaml's node types with resources scaled down to one CPU per node. Asking
+    the autoscaler for one `raystream_node` more than the head has must make it launch
+    a node of the worker type. Every process the child started is gone at the end.
+    """
+    port = _free_loopback_port()
+    config = fake_multinode_config(f"127.0.0.1:{port}")
+    (worker_type,) = worker_types(config)
+    # Short path: Ray's unix socket paths live under the temp dir.
+    tmp = tempfile.mkdtemp(prefix="rsfake-", dir="/tmp")
+    config_path = os.path.join(tmp, "autoscaling.yaml")
+    with open(config_path, "w") as f:
+        yaml.safe_dump(config, f)
+    env = {
+        **os.environ,
+        "RAY_FAKE_CLUSTER": "1",  # read by the monitor and the fake nodes it starts
+        "AUTOSCALER_UPDATE_INTERVAL_S": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_ADDRESS": "",  # never the session's Ray
+    }
+    try:
+        child = subprocess.run(
+            [sys.executable, __file__, config_path, tmp, str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=LAUNCH_TIMEOUT_S + 120,
+            cwd=os.path.dirname(__file__),
+        )
+    finally:
+        # Anything left that runs out of our temp dir was started by the child.
         _kill(_processes_using(tmp))
-        leftovers = [p for p in started.values() if _alive(p)]
-        leftovers += [p for p in _processes_using(tmp) if _alive(p)]
+        leftovers = [p for p in _processes_using(tmp) if _alive(p)]
         shutil.rmtree(tmp, ignore_errors=True)
+    assert child.returncode == 0, f"the child failed:\n{child.stdout}\n{child.stderr}"
+    result = json.loads(child.stdout.strip().splitlines()[-1])
     assert not leftovers, f"processes left behind: {leftovers}"
+
+    assert result["gcs_address"] == f"127.0.0.1:{port}"
+    report, workers = result["report"], result["workers"]
+    assert workers and report.get("active_nodes", {}).get(worker_type), (
+        f"no {worker_type} node within {LAUNCH_TIMEOUT_S:.0f}s; "
+        f"autoscaler report: {report}, worker nodes: {workers}"
+    )
+    assert report["active_nodes"] == {FAKE_HEAD_NODE_TYPE: 1, worker_type: 1}
+    (worker,) = workers
+    assert report["node_type_mapping"][worker["NodeID"]] == worker_type
+    assert worker["Resources"][CUSTOM_RESOURCE] == 1
+    assert worker["Resources"]["CPU"] == 1
+    assert worker["NodeManagerAddress"] == "127.0.0.1"
+    assert result["cluster_resources"][CUSTOM_RESOURCE] == 2
+    assert result["not_loopback"] == [], f"listening beyond loopback: {result['not_loopback']}"
+    print(f"fake {worker_type} node up {result['launch_s']:.1f}s after start")
+
+
+if __name__ == "__main__":  # the child of the test above
+    print(json.dumps(launch_and_report(sys.argv[1], sys.argv[2], int(sys.argv[3]))))

@@ -185,7 +185,8 @@ def test_typed_topics_read_and_write_their_columns(
     source = make_topic(partitions=2, schema=ORDER)
     target = make_topic(partitions=2, schema=ORDER)
     orders = pa.table({"customer": [f"c{i % 4}" for i in range(100)], "amount": [1.5] * 100})
-    shared_cluster.producer().send_batch(source, orders, key_column="customer")
+    with shared_cluster.producer() as producer:
+        producer.send_batch(source, orders, key_column="customer")
     ds = rs.data.read_topic(shared_cluster, source)
     assert ds.schema().names == [
         "topic",

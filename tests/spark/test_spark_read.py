@@ -111,7 +111,8 @@ def test_a_typed_topic_reads_as_its_columns(
     orders = pa.table(
         {"customer": [f"c{i % 3}" for i in range(60)], "amount": [float(i) for i in range(60)]}
     )
-    spark_cluster.producer().send_batch(topic, orders, key_column="customer")
+    with spark_cluster.producer() as producer:
+        producer.send_batch(topic, orders, key_column="customer")
     df = rs.spark.read_topic(spark, topic)
     assert df.schema.names == [
         "key",
