@@ -58,8 +58,8 @@ LISTENER_OPTIONS = (
 """The broker options a listener can set for itself as ``listener.name.<name>.<option>``."""
 _LISTENER_PREFIX = "listener.name."
 
-_LISTENER = re.compile(
-    r"^(?P<protocol>[A-Za-z_]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)$"
+_LISTENER = re.compile(  # names as Kafka's: letters, digits, underscores (CLIENT_2)
+    r"^(?P<protocol>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)$"
 )
 
 

@@ -27,6 +27,10 @@ def test_listeners_parse_as_kafka_writes_them() -> None:
     assert parse_listeners(" plaintext://:0 ") == [ListenerSpec("PLAINTEXT", "", 0)]
     assert parse_listeners("PLAINTEXT://[::1]:9092") == [ListenerSpec("PLAINTEXT", "::1", 9092)]
     assert str(parse_listeners("PLAINTEXT://node:9092")[0]) == "PLAINTEXT://node:9092"
+    # names with digits, as Kafka allows, mapped to their protocol
+    assert parse_listeners("CLIENT_2://:9094", protocol_map="CLIENT_2:SASL_SSL") == [
+        ListenerSpec("CLIENT_2", "", 9094, "SASL_SSL")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,7 @@ def test_listeners_parse_as_kafka_writes_them() -> None:
         ("127.0.0.1:9092", "is not PROTOCOL://host:port"),
         ("PLAINTEXT://host", "is not PROTOCOL://host:port"),
         ("PLAINTEXT://host:port", "is not PROTOCOL://host:port"),
+        ("CLIENT-2://:9094", "is not PROTOCOL://host:port"),
         ("TLS://:9093", "protocol TLS is not supported"),
         ("PLAINTEXT://:70000", "port 70000 is above 65535"),
         ("PLAINTEXT://:9092,PLAINTEXT://:9093", "names protocol PLAINTEXT twice"),
